@@ -1,0 +1,51 @@
+"""Sphinx extension: an "Open in Colab" and "download" bar under each chapter's title.
+
+Chapters are the documents named ``book/NN_topic``. The links point to the notebooks
+that ``python -m lncourse.editions`` generates and ``scripts/build_site.sh`` copies into
+the site under ``notebooks/``; the Colab link opens the published copy on the
+``lncourse_notebook_branch`` branch of the repository (see README, "Publishing").
+"""
+
+from __future__ import annotations
+
+import re
+
+from docutils import nodes
+
+CHAPTER = re.compile(r"(^|/)(\d\d_[\w-]+)$")
+
+
+def _links(app, doctree) -> None:
+    docname = app.env.docname
+    match = CHAPTER.search(docname)
+    if not match:
+        return
+    stem = match.group(2)
+    repo = app.config.html_theme_options.get("repository_url", "").rstrip("/")
+    owner_repo = repo.split("github.com/")[-1]
+    branch = app.config.lncourse_notebook_branch
+    up = "../" * docname.count("/")
+    colab = (f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/"
+             f"notebooks/student/{stem}.ipynb")
+    para = nodes.paragraph(classes=["lncourse-notebook-links"])
+    for text, uri in [("Open in Colab", colab),
+                      ("Download the student notebook", f"{up}notebooks/student/{stem}.ipynb"),
+                      ("Download the solution notebook", f"{up}notebooks/solution/{stem}.ipynb")]:
+        ref = nodes.reference("", text, refuri=uri, classes=["lncourse-link"])
+        para += ref
+        para += nodes.Text(" ")
+    container = nodes.container(classes=["lncourse-notebook-bar"])
+    container += para
+    section = next(iter(doctree.findall(nodes.section)), None)
+    if section is None:
+        doctree.insert(0, container)
+        return
+    title = next(iter(section.findall(nodes.title)), None)
+    section.insert(section.index(title) + 1 if title is not None else 0, container)
+
+
+def setup(app):
+    app.add_config_value("lncourse_notebook_branch", "gh-pages", "html")
+    app.connect("doctree-read", _links)
+    app.add_css_file("lncourse.css")
+    return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "0.1"}

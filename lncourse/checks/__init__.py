@@ -1,0 +1,11 @@
+"""Exercise checks: ``check_<name>(fn)`` compares a learner's function with the reference.
+
+Each prints one line with the largest difference when it passes, and raises
+``AssertionError`` naming the likely mistake when it fails.
+"""
+
+from ._core import assert_signature, run_check  # noqa: F401
+from .layernorm import (  # noqa: F401
+    check_centering_matrix, check_fold_into_linear, check_layer_norm_fgh,
+    check_layer_norm_jacobian, check_layer_norm_on_plane, check_rms_norm,
+)

@@ -1,0 +1,8 @@
+"""Every figure in the course: functions take arrays (and an optional ``ax``) and
+return a matplotlib ``Figure``; they never call ``plt.show()``."""
+
+from .layernorm import (  # noqa: F401
+    attention_inputs, ellipse_in_plane, explore_ln_3d, folding_errors, ln_pipeline_3d,
+    plane_to_two_points, variance_errors,
+)
+from .style import COLORS, band, blank_figure, new_figure, use_style  # noqa: F401

@@ -1,0 +1,132 @@
+"""Figures of chapter 3 (majority): training curves with seed bands, the d = 3 keys and
+queries, steps to a target accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from .style import COLORS, band, new_figure
+
+__all__ = ["VARIANT_LABELS", "majority_curves", "keys_queries_3d", "steps_to_accuracy"]
+
+VARIANT_LABELS = {
+    "layernorm": "LayerNorm",
+    "no_projection": "no projection (paper: √d·x/‖x‖)",
+    "no_projection_released": "no projection (released: x/(‖x‖√d))",
+    "none": "no norm",
+}
+
+
+def _label(variant: str) -> str:
+    return VARIANT_LABELS.get(variant, variant.replace("_", " "))
+
+
+def majority_curves(step, curves: dict[str, np.ndarray], ylabel: str,
+                    paper: dict[str, tuple] | None = None, ax: Axes | None = None,
+                    logy: bool = False) -> Figure:
+    """One band (mean ± std over seeds) per variant.
+
+    step: (P,); curves: variant -> (n_seeds, P); paper: optional variant -> (steps,
+    values) read off the paper's figure, drawn as markers in the variant's colour.
+    """
+    if ax is None:
+        fig, ax = new_figure()
+    else:
+        fig = ax.figure
+    step = np.asarray(step)
+    for variant, values in curves.items():
+        values = np.asarray(values, dtype=float)
+        if values.shape[-1] != len(step):
+            raise ValueError(f"{variant}: {values.shape[-1]} points for {len(step)} steps")
+        band(ax, step, values, label=_label(variant), color=COLORS.get(variant))
+    for variant, (ps, pv) in (paper or {}).items():
+        ax.plot(ps, pv, linestyle="none", marker="D", markersize=6, markerfacecolor="white",
+                color=COLORS.get(variant, COLORS["paper"]),
+                label=f"paper, {_label(variant).split(' (')[0]}")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("training step")
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    return fig
+
+
+def _ones_and_plane(ax, radius: float) -> None:
+    """The all-ones direction and a disc of the plane orthogonal to it."""
+    one = np.ones(3) / np.sqrt(3)
+    ax.plot(*np.stack([-radius * one, radius * one]).T, color=COLORS["theory"], lw=1.5,
+            linestyle="--", label="direction of 1")
+    u = np.array([1.0, -1.0, 0.0]) / np.sqrt(2)
+    w = np.cross(one, u)
+    t = np.linspace(0, 2 * np.pi, 60)
+    r = np.linspace(0, radius, 2)
+    T, R = np.meshgrid(t, r)
+    pts = R[..., None] * (np.cos(T)[..., None] * u + np.sin(T)[..., None] * w)
+    ax.plot_surface(pts[..., 0], pts[..., 1], pts[..., 2], color=COLORS["input"],
+                    alpha=0.15, linewidth=0)
+
+
+def keys_queries_3d(panels: dict[str, tuple[np.ndarray, np.ndarray]],
+                    elev: float = 20.0, azim: float = 35.0, width: float = 9.0) -> Figure:
+    """Figure 1a/1b: keys (norm1 of the embeddings) and effective queries of d = 3 models.
+
+    panels: title -> (keys (n, 3), queries (n, 3)). Each panel also shows the direction
+    of 1 and the plane orthogonal to it, where LayerNorm puts every key.
+    """
+    fig = new_figure(width=width, height=width / len(panels) + 0.4)[0]
+    fig.clf()
+    for k, (title, (keys, queries)) in enumerate(panels.items()):
+        keys, queries = np.asarray(keys, float), np.asarray(queries, float)
+        if keys.shape[-1] != 3 or queries.shape[-1] != 3:
+            raise ValueError("keys and queries must be 3-dimensional")
+        ax = fig.add_subplot(1, len(panels), k + 1, projection="3d")
+        radius = float(max(np.abs(keys).max(), np.abs(queries).max(), 1.0)) * 1.05
+        _ones_and_plane(ax, radius)
+        for i, (vecs, name, color, marker) in enumerate(
+                [(keys, "keys", COLORS["highlight"], "o"),
+                 (queries, "queries", COLORS["theory"], "^")]):
+            for j, v in enumerate(vecs):
+                ax.plot([0, v[0]], [0, v[1]], [0, v[2]], color=color, lw=1, marker=marker,
+                        markersize=3, markevery=[1], label=name if j == 0 else None)
+        ax.set_xlim(-radius, radius)
+        ax.set_ylim(-radius, radius)
+        ax.set_zlim(-radius, radius)
+        ax.set_xlabel("x")
+        ax.set_ylabel("y")
+        ax.set_zlabel("z")
+        ax.set_title(title)
+        ax.view_init(elev=elev, azim=azim)
+        if k == 0:
+            ax.legend(loc="upper left")
+    return fig
+
+
+def steps_to_accuracy(steps_by_variant: dict[str, np.ndarray], threshold: float,
+                      max_step: float | None = None, ax: Axes | None = None) -> Figure:
+    """Steps each seed needed to reach ``threshold`` test accuracy, one row per variant.
+
+    Seeds that never reached it (NaN) are drawn at ``max_step`` as open markers.
+    """
+    if ax is None:
+        fig, ax = new_figure(height=0.6 + 0.55 * len(steps_by_variant))
+    else:
+        fig = ax.figure
+    names = list(steps_by_variant)
+    for row, variant in enumerate(names):
+        s = np.asarray(steps_by_variant[variant], dtype=float)
+        color = COLORS.get(variant)
+        ok = ~np.isnan(s)
+        jitter = np.linspace(-0.12, 0.12, len(s)) if len(s) > 1 else np.zeros(1)
+        ax.plot(s[ok], row + jitter[ok], "o", color=color, alpha=0.8)
+        if (~ok).any() and max_step is not None:
+            ax.plot(np.full((~ok).sum(), max_step), row + jitter[~ok], "o", color=color,
+                    markerfacecolor="none")
+        if ok.all():
+            mean, std = s.mean(), s.std()
+            ax.errorbar(mean, row + 0.3, xerr=std, fmt="s", color=color, capsize=3)
+    ax.set_yticks(range(len(names)), [_label(v) for v in names])
+    ax.invert_yaxis()
+    ax.set_xlabel(f"training steps to {threshold:.0%} test accuracy")
+    return fig

