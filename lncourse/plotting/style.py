@@ -27,7 +27,19 @@ COLORS = {
 
 
 def use_style() -> None:
-    """Set the course's matplotlib style (call once, in a chapter's set-up cell)."""
+    """Set the course's matplotlib style (call once, in a chapter's set-up cell).
+
+    In a notebook it also switches on inline figures right away: the course's figures
+    are ``Figure`` objects that a cell shows by ending with them, and IPython renders
+    them as images only once the inline backend is active.
+    """
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+    except ImportError:
+        shell = None
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        shell.run_line_magic("matplotlib", "inline")
     mpl.rcParams.update({
         "figure.dpi": 100,
         "savefig.dpi": 150,

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Build the website into _build/html, executing every chapter in fast mode.
+# Also writes the student and solution notebooks (_build/notebooks, copied into the site).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/setup_env.sh
+PY=.venv/bin/python
+export LNCOURSE_DEVICE=${LNCOURSE_DEVICE:-cpu}   # the site is built in fast mode on the CPU
+
+# MathJax is served from the site itself (no CDN): fetch it once from the npm registry.
+MATHJAX_VERSION=3.2.2
+if [ ! -f book/_static/mathjax/tex-chtml.js ]; then
+  echo "[site] fetching mathjax@$MATHJAX_VERSION from the npm registry"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "mathjax@$MATHJAX_VERSION" >/dev/null)
+  tar -xzf "$tmp"/mathjax-*.tgz -C "$tmp"
+  mkdir -p book/_static/mathjax
+  cp -r "$tmp"/package/es5/. book/_static/mathjax/
+  rm -rf "$tmp"
+fi
+
+echo "[site] generating the student and solution notebooks"
+$PY -m lncourse.editions --out _build/notebooks
+
+echo "[site] building the book (chapters executed and cached in _build/.jupyter_cache)"
+start=$(date +%s)
+.venv/bin/jupyter-book build . --builder html -n -W --keep-going
+rm -rf _build/html/notebooks
+cp -r _build/notebooks _build/html/notebooks
+echo "[site] built _build/html in $(( $(date +%s) - start )) s"

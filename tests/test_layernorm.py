@@ -1,0 +1,112 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lncourse.layernorm import (FactorizedLayerNorm, layer_norm, project, projection_matrix,
+                                rms_norm, scale)
+
+
+@pytest.mark.parametrize("shape", [(7, 2), (5, 8), (2, 3, 64)])
+def test_layer_norm_matches_torch(shape):
+    x = torch.randn(shape, dtype=torch.float64) * 3 + 1
+    for eps in (0.0, 1e-5, 0.1):
+        torch.testing.assert_close(layer_norm(x, eps=eps), F.layer_norm(x, shape[-1:], eps=eps))
+
+
+def test_layer_norm_is_scale_after_project():
+    x = torch.randn(10, 16, dtype=torch.float64)
+    torch.testing.assert_close(scale(project(x)), layer_norm(x))
+
+
+def test_project_and_scale_geometry():
+    x = torch.randn(100, 12, dtype=torch.float64) + 5
+    p = project(x)
+    assert p.sum(-1).abs().max() < 1e-12
+    torch.testing.assert_close(scale(x).norm(dim=-1), torch.full((100,), math.sqrt(12), dtype=torch.float64))
+    torch.testing.assert_close(p, x @ projection_matrix(12, dtype=torch.float64).T)
+
+
+def test_projection_matrix_properties():
+    P = projection_matrix(9, dtype=torch.float64)
+    torch.testing.assert_close(P, P.T)
+    torch.testing.assert_close(P @ P, P)
+    ev = torch.linalg.eigvalsh(P)
+    assert (ev.abs() < 1e-12).sum() == 1 and ((ev - 1).abs() < 1e-12).sum() == 8
+    with pytest.raises(ValueError, match="d must be"):
+        projection_matrix(1)
+
+
+def test_inputs_are_not_modified():
+    x = torch.randn(4, 6)
+    before = x.clone()
+    layer_norm(x), scale(x), project(x), rms_norm(x)
+    assert torch.equal(x, before)
+
+
+def test_rms_norm_matches_definition():
+    x = torch.randn(5, 8, dtype=torch.float64) + 2
+    expected = x / torch.sqrt((x * x).mean(-1, keepdim=True) + 1e-6)
+    torch.testing.assert_close(rms_norm(x, eps=1e-6), expected)
+
+
+@pytest.mark.parametrize("fn", [layer_norm, scale])
+def test_constant_row_raises_without_eps(fn):
+    x = torch.randn(3, 5)
+    x[1] = 0.1  # constant row: centred to (almost) zero by round-off
+    if fn is scale:
+        x[1] = 0.0
+    with pytest.raises(ValueError, match="eps"):
+        fn(x)
+    assert torch.isfinite(fn(x, eps=1e-5)).all()
+
+
+def test_constant_row_with_rounding_is_caught():
+    # mean of identical floats is not always exact: the centred row is tiny noise
+    x = torch.full((1, 3), 0.1, dtype=torch.float64)
+    with pytest.raises(ValueError, match="zero variance"):
+        layer_norm(x)
+
+
+@pytest.mark.parametrize("bad, err, match", [
+    (torch.ones(3, 1), ValueError, "at least 2"),
+    (torch.tensor(1.0), ValueError, "at least 2"),
+    (torch.tensor([[1.0, float("nan")]]), ValueError, "NaN"),
+    (torch.tensor([[1.0, float("inf")]]), ValueError, "NaN or infinite"),
+    (torch.tensor([[1, 2, 3]]), TypeError, "floating"),
+])
+def test_bad_input_errors(bad, err, match):
+    for fn in (layer_norm, scale, project):
+        with pytest.raises(err, match=match):
+            fn(bad)
+
+
+def test_numpy_input_is_a_type_error():
+    import numpy as np
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        layer_norm(np.ones((2, 3)))
+
+
+def test_negative_eps_rejected():
+    with pytest.raises(ValueError, match="eps"):
+        layer_norm(torch.randn(2, 3), eps=-1.0)
+
+
+def test_factorized_layer_norm_variants():
+    d = 8
+    x = torch.randn(50, d) * 2 + 3
+    full = FactorizedLayerNorm(d)
+    torch.testing.assert_close(full(x), torch.nn.LayerNorm(d)(x))
+    no_proj = FactorizedLayerNorm(d, projection=False, elementwise_affine=False, eps=0.0)
+    torch.testing.assert_close(no_proj(x), math.sqrt(d) * x / x.norm(dim=-1, keepdim=True))
+    no_scale = FactorizedLayerNorm(d, scaling=False, elementwise_affine=False)
+    torch.testing.assert_close(no_scale(x), x - x.mean(-1, keepdim=True))
+    ident = FactorizedLayerNorm(d, projection=False, scaling=False, elementwise_affine=False)
+    torch.testing.assert_close(ident(x), x)
+    with torch.no_grad():
+        full.weight.fill_(2.0)
+        full.bias.fill_(1.0)
+    torch.testing.assert_close(full(x), 2 * F.layer_norm(x, (d,)) + 1)
+    with pytest.raises(ValueError, match="last axis"):
+        full(torch.randn(3, d + 1))
