@@ -32,7 +32,7 @@ def test_student_notebook_raises_only_not_implemented(source, tmp_path):
     try:
         papermill.execute_notebook(str(path), str(out), parameters={"FULL": False},
                                    cwd=str(ROOT / "book"), kernel_name="python3",
-                                   progress_bar=False)
+                                   progress_bar=False, execution_timeout=900)
     except papermill.PapermillExecutionError:
         pass  # cells tagged raises-exception ran on; papermill reports their errors at the end
     executed = nbformat.read(out, as_version=4)
