@@ -24,11 +24,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
-    "VARIANTS", "CONTROL_VARIANTS", "ALL_VARIANTS", "PARAM_NAMES", "make_dataset", "stratified_split", "class_counts",
+    "VARIANTS", "CONTROL_VARIANTS", "ALL_VARIANTS", "PARAM_NAMES",
+    "make_dataset", "stratified_split", "class_counts",
     "norm1", "MajorityModel", "get_params", "set_params", "stack_params",
-    "Pairs", "present_pairs", "multiset_forward", "multiset_loss_and_accuracy", "effective_queries",
-    "query_angles", "hand_built_model", "MajorityConfig", "train", "train_single",
-    "history_arrays", "steps_to_threshold",
+    "Pairs", "present_pairs", "multiset_forward", "multiset_loss",
+    "multiset_loss_and_accuracy", "effective_queries", "query_angles", "hand_built_model",
+    "MajorityConfig", "train", "train_single", "initial_model", "history_arrays",
+    "steps_to_threshold",
 ]
 
 # The LayerNorm in front of attention, in four versions. "no_projection" is the paper's
@@ -271,6 +273,12 @@ def present_pairs(counts: Tensor) -> Pairs:
     return Pairs(seq=order // C, cls=order % C, count=flat.gather(-1, order))
 
 
+def _per_model(t: Tensor, M: int) -> Tensor:
+    """Repeat a per-batch tensor (G, ...) for M models, model m reading batch m % G."""
+    G = t.shape[0]
+    return t.unsqueeze(0).expand(M // G, *t.shape).reshape(M, *t.shape[1:])
+
+
 def multiset_forward(params: dict[str, Tensor], counts: Tensor, variants: tuple[str, ...],
                      pairs: Pairs | None = None) -> tuple[Tensor, Pairs]:
     """Logits of M models for every (sequence, class) pair, computed from class counts.
@@ -278,51 +286,72 @@ def multiset_forward(params: dict[str, Tensor], counts: Tensor, variants: tuple[
     Without positions and without a mask, every position holding class i computes the
     same thing, so the layer runs once per class present and attention weights each key
     class j by its count: softmax_j(S_ij + log c_bj). params: stacked (leading axis M);
-    counts: (M, B, C), or (B, C) shared by all models; variants: M names.
-    Returns (logits (M, P, C), pairs): logits[m, p] is what each of the pairs.count[m, p]
-    tokens of class pairs.cls[m, p] in sequence pairs.seq[m, p] predicts.
+    counts: (G, B, C) with M a multiple of G, model m reading batch m % G (G = M: one
+    batch per model; models of the same seed share one), or (B, C) for all models;
+    variants: M names. Returns (logits (M, P, C), pairs (M, P)): logits[m, p] is what each
+    of the pairs.count[m, p] tokens of class pairs.cls[m, p] in sequence pairs.seq[m, p]
+    predicts.
     """
     W_E = params["W_E"]
     M, C, d = W_E.shape
     if len(variants) != M:
         raise ValueError(f"got {len(variants)} variants for {M} models")
-    if counts.shape[-1] != C or counts.dim() not in (2, 3):
-        raise ValueError(f"counts must have shape (M, B, {C}) or (B, {C}), "
-                         f"got {tuple(counts.shape)}")
+    if counts.dim() == 2:
+        counts = counts.unsqueeze(0)
+    if counts.dim() != 3 or counts.shape[-1] != C or M % counts.shape[0]:
+        raise ValueError(f"counts must have shape (G, B, {C}) with G dividing {M}, "
+                         f"or (B, {C}); got {tuple(counts.shape)}")
+    G, R = counts.shape[0], M // counts.shape[0]
     if pairs is None:
-        pairs = present_pairs(counts)
-    if counts.dim() == 2:  # one batch for every model
-        counts = counts.expand(M, -1, -1)
-        pairs = Pairs(*(t.expand(M, -1) for t in pairs))
+        pairs = present_pairs(counts)                            # (G, P) each
+    P = pairs.cls.shape[-1]
     h = _norm1_grouped(W_E, tuple(variants))                    # (M, C, d)
     W_Q, W_K, W_V = params["W_in"].chunk(3, dim=1)               # (M, d, d) each
     q, k, v = h @ W_Q.transpose(1, 2), h @ W_K.transpose(1, 2), h @ W_V.transpose(1, 2)
     S = q @ k.transpose(1, 2) / math.sqrt(d)                     # (M, C_i, C_j), one head
-    log_c = torch.log(counts.to(W_E.dtype))                      # (M, B, C_j), -inf if absent
-    P = pairs.cls.shape[-1]
-    rows = S.gather(1, pairs.cls.unsqueeze(-1).expand(M, P, C)) \
-        + log_c.gather(1, pairs.seq.unsqueeze(-1).expand(M, P, C))  # (M, P, C_j)
-    z = torch.softmax(rows, dim=-1) @ v                          # (M, P, d)
-    e = W_E.gather(1, pairs.cls.unsqueeze(-1).expand(M, P, d))   # (M, P, d)
+    # Row of scores of each pair's class, plus log c_bj of its sequence (-inf if absent).
+    cls = pairs.cls.unsqueeze(-1)                                # (G, P, 1)
+    log_c = torch.log(counts.to(W_E.dtype)).gather(1, pairs.seq.unsqueeze(-1).expand(G, P, C))
+    rows = S.view(R, G, C, C).gather(2, cls.expand(R, G, P, C)) + log_c  # (R, G, P, C_j)
+    z = torch.softmax(rows.view(M, P, C), dim=-1) @ v            # (M, P, d)
+    e = W_E.view(R, G, C, d).gather(2, cls.expand(R, G, P, d)).view(M, P, d)
     x = e + z @ params["W_O"].transpose(1, 2) + params["b_O"].unsqueeze(1)  # resid_mid
     ln2 = F.layer_norm(x, (d,), eps=0.0) * params["ln2_w"].unsqueeze(1) \
         + params["ln2_b"].unsqueeze(1)
     hidden = torch.relu(ln2 @ params["W_1"].transpose(1, 2) + params["b_1"].unsqueeze(1))
     x = x + hidden @ params["W_2"].transpose(1, 2) + params["b_2"].unsqueeze(1)
-    return x @ W_E.transpose(1, 2), pairs                        # (M, P, C)
+    logits = x @ W_E.transpose(1, 2)                             # (M, P, C)
+    return logits, Pairs(*(_per_model(t, M) for t in pairs))
+
+
+def _targets(labels: Tensor, pairs: Pairs, M: int) -> Tensor:
+    """The label of each pair's sequence, (M, P). labels: (B,) or (G, B)."""
+    labels = labels.unsqueeze(0) if labels.dim() == 1 else labels
+    return _per_model(labels, M).gather(1, pairs.seq)
+
+
+def multiset_loss(logits: Tensor, pairs: Pairs, labels: Tensor) -> Tensor:
+    """Per-token cross-entropy of each model, (M,): :func:`multiset_loss_and_accuracy`
+    without the accuracy (what a training step needs)."""
+    M, P, C = logits.shape
+    target = _targets(labels, pairs, M)                          # (M, P)
+    w = pairs.count.to(logits.dtype)
+    ce = F.cross_entropy(logits.reshape(-1, C), target.reshape(-1),
+                         reduction="none").view(M, P)
+    return (ce * w).sum(dim=1) / w.sum(dim=1)
 
 
 def multiset_loss_and_accuracy(logits: Tensor, pairs: Pairs,
                                labels: Tensor) -> tuple[Tensor, Tensor]:
     """Per-token cross-entropy and accuracy of each model, from pair logits.
 
-    logits: (M, P, C); labels: (M, B) or (B,). Returns (loss, accuracy), each (M,):
+    logits: (M, P, C); labels: (G, B) or (B,) as the counts were. Returns (loss, accuracy),
+    each (M,):
     averages over the tokens, each pair counted as often as its class occurs, which
     equals the token-level averages of the released code.
     """
     M, P, C = logits.shape
-    labels = labels.expand(M, labels.shape[-1])
-    target = labels.gather(1, pairs.seq)                         # (M, P)
+    target = _targets(labels, pairs, M)                          # (M, P)
     w = pairs.count.to(logits.dtype)
     ce = F.cross_entropy(logits.reshape(-1, C), target.reshape(-1),
                          reduction="none").view(M, P)
@@ -349,10 +378,11 @@ def query_angles(queries: Tensor) -> Tensor:
 
     queries: (..., d) -> (...). 0 means parallel (or antiparallel) to 1; 90 orthogonal.
     """
-    ones = torch.ones_like(queries)
-    cos = F.cosine_similarity(queries, ones, dim=-1).clamp(-1.0, 1.0)
-    angle = torch.rad2deg(torch.acos(cos))
-    return 90.0 - (angle - 90.0).abs()
+    # atan2 of the parts across and along 1 (acos of the cosine is inaccurate near 0).
+    d = queries.shape[-1]
+    along = queries.sum(dim=-1) / math.sqrt(d)                   # q . 1 / ||1||
+    across = (queries - queries.mean(dim=-1, keepdim=True)).norm(dim=-1)
+    return torch.rad2deg(torch.atan2(across, along.abs()))
 
 
 # -------------------------------------------------------- a solution built by hand
@@ -384,10 +414,19 @@ def hand_built_model(n_classes: int = 20, alpha: float = 20.0) -> MajorityModel:
     return set_params(model, params)
 
 
-# The trainer is a module of its own; its public names are re-exported here.
-from .majority_train import (  # noqa: E402
-    MajorityConfig, history_arrays, steps_to_threshold, train, train_single,
-)
+# The trainer is a module of its own (it imports this one); its public names are
+# re-exported here lazily, so that either module can be imported first.
+_TRAINER_NAMES = ("MajorityConfig", "history_arrays", "initial_model", "steps_to_threshold",
+                  "train", "train_single")
+
+
+def __getattr__(name: str):
+    if name in _TRAINER_NAMES:
+        from . import majority_train
+
+        return getattr(majority_train, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 if __name__ == "__main__":
     from .majority_train import main

@@ -58,6 +58,8 @@ class MajorityConfig:
                 raise ValueError(f"unknown variant {v!r}; choose from {M.ALL_VARIANTS}")
         if not self.seeds or not self.variants:
             raise ValueError("need at least one seed and one variant")
+        if len(set(self.seeds)) != len(self.seeds) or len(set(self.variants)) != len(self.variants):
+            raise ValueError("seeds and variants must not repeat (each model is one pair)")
         for name in ("batch_size", "steps", "eval_every", "schedule_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -71,16 +73,19 @@ class MajorityConfig:
 
     @classmethod
     def quick(cls) -> MajorityConfig:
-        """A CPU-sized run: batch 1000, 2,500 steps, 5 seeds, every variant."""
-        return cls(batch_size=1000, steps=2500, eval_every=100, eval_size=5000,
-                   seeds=PAPER_SEEDS[:5])
+        """A CPU-sized run (about a minute on two cores): batch 500, lr 3e-3 (three times
+        the paper's, to get far in 2,000 steps), 5 seeds, every variant and the control."""
+        return cls(batch_size=500, lr=3e-3, steps=2000, eval_every=100, eval_size=2000,
+                   seeds=PAPER_SEEDS[:5], variants=M.ALL_VARIANTS)
 
     @classmethod
     def three_d(cls, steps: int = 10_000) -> MajorityConfig:
-        """Figure 1a/1b: d = 3, 10 classes, length 30, one full batch per step."""
+        """Figure 1a/1b: d = 3, 10 classes, length 30, the released 3-d scripts' settings
+        (6,000 sequences, one full batch per step, 10,000 steps), all three norms."""
         return cls(n_samples=6000, seq_len=30, n_classes=10, d_model=3, batch_size=6000,
                    steps=steps, eval_every=max(1, steps // 20),
-                   variants=("layernorm", "no_projection"), seeds=PAPER_SEEDS[:1])
+                   variants=("layernorm", "no_projection", "no_projection_released"),
+                   seeds=PAPER_SEEDS[:1])
 
     @property
     def models(self) -> list[tuple[str, int]]:
@@ -145,7 +150,7 @@ class _BatchOrder:
         self.perm = torch.randperm(self.n, generator=self.gen)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _evaluate(params: dict[str, Tensor], variants: tuple[str, ...], data: dict,
               chunk: int) -> tuple[Tensor, Tensor]:
     """Per-token test accuracy and mean query angle of each model, (M,) each."""
@@ -201,7 +206,6 @@ def train(config: MajorityConfig, *, device: torch.device | str | None = None,
     n_train = len(data["train_labels"])
     orders = {s: _BatchOrder(s, n_train, config.batch_size) for s in config.seeds}
     steps_per_epoch = orders[config.seeds[0]].steps_per_epoch
-    seed_of_model = torch.tensor([config.seeds.index(s) for _, s in models])
 
     init = M.stack_params([initial_model(v, s, config) for v, s in models])
     params = {k: t.to(device=device, dtype=dtype).requires_grad_() for k, t in init.items()}
@@ -222,8 +226,9 @@ def train(config: MajorityConfig, *, device: torch.device | str | None = None,
         history, start = state["history"], state["step"]
 
     def batch(step: int):
-        idx = torch.stack([orders[s].indices(step) for s in config.seeds])  # (S, B)
-        idx = idx[seed_of_model].to(device)                                # (M, B)
+        # Models are ordered (variant, seed) with seeds inner, so model m belongs to seed
+        # m % n_seeds: one batch per seed, shared by that seed's variants.
+        idx = torch.stack([orders[s].indices(step) for s in config.seeds]).to(device)  # (S, B)
         return data["train_counts"][idx], data["train_labels"][idx]
 
     def checkpoint(step: int):
@@ -236,8 +241,7 @@ def train(config: MajorityConfig, *, device: torch.device | str | None = None,
     if start == 0:
         with torch.no_grad():
             c, y = batch(0)
-            loss0, _ = M.multiset_loss_and_accuracy(
-                *M.multiset_forward(params, c, variants), y)
+            loss0 = M.multiset_loss(*M.multiset_forward(params, c, variants), y)
         _record(history, 0, loss0, *_evaluate(params, variants, data, eval_chunk))
         if checkpoint_path:
             checkpoint(0)
@@ -249,7 +253,7 @@ def train(config: MajorityConfig, *, device: torch.device | str | None = None,
         c, y = batch(step)
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, config, steps_per_epoch)
-        loss, _ = M.multiset_loss_and_accuracy(*M.multiset_forward(params, c, variants), y)
+        loss = M.multiset_loss(*M.multiset_forward(params, c, variants), y)
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()  # models do not share weights: each gets its own gradient
         opt.step()
@@ -262,7 +266,8 @@ def train(config: MajorityConfig, *, device: torch.device | str | None = None,
             loss_sum.zero_()
             if checkpoint_path:
                 checkpoint(done)
-            bar.set_postfix(loss=f"{float(loss.detach().mean()):.3f}", acc=f"{float(acc.mean()):.3f}")
+            bar.set_postfix(loss=f"{float(loss.detach().mean()):.3f}",
+                            acc=f"{float(acc.mean()):.3f}")
         if _on_step is not None:
             _on_step(done)
     bar.close()
@@ -305,7 +310,7 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
         q = M.effective_queries(model.embedding.weight, model.layer.self_attn.in_proj_weight,
                                 variant)
         angle = (M.query_angles(q) * weight).sum() / weight.sum()
-        return torch.tensor([correct / x.numel()]), angle.reshape(1)
+        return torch.tensor([correct / x.numel()], dtype=torch.float64), angle.reshape(1)
 
     with torch.no_grad():
         loss0 = token_loss(0)
@@ -318,11 +323,11 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        loss_sum += float(loss)
+        loss_sum += loss.item()
         done = step + 1
         if done % cfg.eval_every == 0 or done == cfg.steps:
             n = done - history["step"][-1]
-            _record(history, done, torch.tensor([loss_sum / n]), *evaluate())
+            _record(history, done, torch.tensor([loss_sum / n], dtype=torch.float64), *evaluate())
             loss_sum = 0.0
     history["final_params"] = {k: p.detach().cpu().unsqueeze(0).tolist()
                                for k, p in M.get_params(model).items()}
@@ -367,10 +372,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="results", help="folder for the history JSON")
     parser.add_argument("--steps", type=int, default=None, help="override the step count")
     parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: best)")
+    parser.add_argument("--variants", nargs="+", choices=M.ALL_VARIANTS, default=None,
+                        help="override the preset's variants (chapter 3 adds "
+                             "layernorm_released_scale to the paper's four)")
     args = parser.parse_args(argv)
     config = PRESETS[args.preset]()
     if args.steps is not None:
         config = dataclasses.replace(config, steps=args.steps)
+    if args.variants is not None:
+        config = dataclasses.replace(config, variants=tuple(args.variants))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -91,7 +91,7 @@ def test_parameter_count_and_architecture():
 
 
 def test_norm1_variants():
-    x = torch.randn(50, 8) * 3 + 1
+    x = torch.randn(50, 8, generator=torch.Generator().manual_seed(0)) * 3 + 1
     d = 8
     assert torch.allclose(M.norm1(x, "layernorm"), F.layer_norm(x, (d,), eps=0.0))
     norms = {v: M.norm1(x, v).norm(dim=-1) for v in M.ALL_VARIANTS}
@@ -106,7 +106,7 @@ def test_norm1_variants():
     assert torch.equal(M.norm1(x, "none"), x)
     # without projection nothing is orthogonal to 1; with it everything is
     assert M.norm1(x, "layernorm").sum(-1).abs().max() < 1e-4
-    assert M.norm1(x, "no_projection").sum(-1).abs().min() > 1e-2
+    assert M.norm1(x, "no_projection").sum(-1).abs().mean() > 1.0
 
 
 @pytest.mark.parametrize("variant", M.ALL_VARIANTS)
@@ -189,6 +189,8 @@ def test_config_presets_and_validation():
         M.MajorityConfig(variants=("rms",))
     with pytest.raises(ValueError):
         M.MajorityConfig(batch_size=0)
+    with pytest.raises(ValueError, match="repeat"):
+        M.MajorityConfig(seeds=(1, 1))
     with pytest.raises(dataclasses.FrozenInstanceError):
         paper.lr = 1.0
 
@@ -256,7 +258,45 @@ def test_history_helpers():
 
 
 def test_command_line(tmp_path):
-    main(["--preset", "three_d", "--steps", "3", "--out", str(tmp_path), "--device", "cpu"])
+    main(["--preset", "three_d", "--steps", "3", "--out", str(tmp_path), "--device", "cpu",
+          "--variants", "layernorm", "none"])
     h = json.loads((tmp_path / "majority_three_d.json").read_text())
     assert h["step"][-1] == 3 and h["config"]["d_model"] == 3
+    assert sorted(set(h["variant"])) == ["layernorm", "none"]
     assert (tmp_path / "majority_three_d.ckpt").exists()
+
+
+# ---------------------------------------------------------------------- figures
+def test_figures():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from lncourse.plotting import majority as P
+
+    step = np.arange(0, 500, 100)
+    curves = {v: np.random.rand(3, 5) for v in M.ALL_VARIANTS}
+    fig = P.majority_curves(step, curves, "accuracy",
+                            paper={"layernorm": ([0, 400], [0.3, 0.9])})
+    assert isinstance(fig, Figure)
+    assert len(fig.axes[0].get_lines()) == len(M.ALL_VARIANTS) + 1
+    with pytest.raises(ValueError, match="points"):
+        P.majority_curves(step[:3], curves, "accuracy")
+    keys, queries = np.random.randn(10, 3), np.random.randn(10, 3)
+    assert isinstance(P.keys_queries_3d({"a": (keys, queries), "b": (keys, queries)}), Figure)
+    with pytest.raises(ValueError, match="3-dimensional"):
+        P.keys_queries_3d({"a": (np.zeros((4, 8)), np.zeros((4, 8)))})
+    fig = P.steps_to_accuracy({"layernorm": np.array([100.0, 200.0]),
+                               "none": np.array([np.nan, 300.0])}, 0.9, max_step=500)
+    assert isinstance(fig, Figure)
+
+
+def test_learning_rate_schedule_is_the_released_linear_decay():
+    from lncourse.majority_train import _lr_at
+
+    cfg = M.MajorityConfig()                  # 10,000 epochs of 14 steps in the schedule
+    assert _lr_at(0, cfg, 14) == cfg.lr
+    assert math.isclose(_lr_at(70_000, cfg, 14), cfg.lr / 2)
+    assert math.isclose(_lr_at(14_000, cfg, 14), 0.9 * cfg.lr)   # where the paper stops
+    assert _lr_at(200_000, cfg, 14) == 0.0

@@ -9,3 +9,7 @@ from .layernorm import (  # noqa: F401
     check_centering_matrix, check_fold_into_linear, check_layer_norm_fgh,
     check_layer_norm_jacobian, check_layer_norm_on_plane, check_rms_norm,
 )
+from .majority import (  # noqa: F401
+    check_attend_counts, check_has_clear_majority, check_norm_without_projection,
+    check_query_angle, check_uniform_query_weights,
+)

@@ -22,7 +22,9 @@ def _clear_majority_ref(counts: Tensor, min_margin: int) -> Tensor:
 
 def _counts_cases() -> list:
     g = torch.Generator().manual_seed(0)
-    random = torch.randint(0, 12, (64, 20), generator=g)
+    random = torch.randint(0, 6, (64, 20), generator=g)
+    boost = torch.randint(0, 14, (64,), generator=g)      # about half get a clear winner
+    random[torch.arange(64), torch.randint(0, 20, (64,), generator=g)] += boost
     edge = torch.tensor([
         [8, 2, 0, 0],    # margin exactly 6 -> kept
         [7, 2, 0, 0],    # margin 5 -> dropped
@@ -82,8 +84,10 @@ def check_norm_without_projection(fn) -> float:
 
 # ----------------------------------------------------------------- the query angle
 def _angle_ref(queries: Tensor) -> Tensor:
-    cos = F.cosine_similarity(queries, torch.ones_like(queries), dim=-1)
-    return torch.rad2deg(torch.acos(cos.abs().clamp(max=1.0)))
+    q = queries.double()
+    along = q.sum(-1).abs() / math.sqrt(q.shape[-1])
+    across = (q - q.mean(-1, keepdim=True)).norm(dim=-1)
+    return torch.rad2deg(torch.atan2(across, along)).to(queries.dtype)
 
 
 def check_query_angle(fn) -> float:
@@ -109,7 +113,8 @@ def check_query_angle(fn) -> float:
          lambda q: torch.rad2deg(torch.acos((q[..., 0].abs() / q.norm(dim=-1))
                                             .clamp(max=1.0)))),
     ]
-    return run_check("query_angle", fn, cases, _angle_ref, mistakes, atol=1e-3)
+    # acos loses precision near 0 degrees (0.02 degrees in float32): allow for it.
+    return run_check("query_angle", fn, cases, _angle_ref, mistakes, atol=0.05, rtol=1e-4)
 
 
 # ------------------------------------------------------------ multiset attention

@@ -5,4 +5,5 @@ from .layernorm import (  # noqa: F401
     attention_inputs, ellipse_in_plane, explore_ln_3d, folding_errors, ln_pipeline_3d,
     plane_to_two_points, variance_errors,
 )
+from .majority import VARIANT_LABELS, keys_queries_3d, majority_curves, steps_to_accuracy  # noqa: F401
 from .style import COLORS, band, blank_figure, new_figure, use_style  # noqa: F401

@@ -16,7 +16,16 @@ VARIANT_LABELS = {
     "no_projection": "no projection (paper: √d·x/‖x‖)",
     "no_projection_released": "no projection (released: x/(‖x‖√d))",
     "none": "no norm",
+    "layernorm_released_scale": "LayerNorm at the released scale (LN(x)/d)",
 }
+
+
+# Variants outside the shared palette (the control of chapter 3).
+_EXTRA_COLORS = {"layernorm_released_scale": "#8c564b"}
+
+
+def _color(variant: str) -> str | None:
+    return COLORS.get(variant, _EXTRA_COLORS.get(variant))
 
 
 def _label(variant: str) -> str:
@@ -40,10 +49,10 @@ def majority_curves(step, curves: dict[str, np.ndarray], ylabel: str,
         values = np.asarray(values, dtype=float)
         if values.shape[-1] != len(step):
             raise ValueError(f"{variant}: {values.shape[-1]} points for {len(step)} steps")
-        band(ax, step, values, label=_label(variant), color=COLORS.get(variant))
+        band(ax, step, values, label=_label(variant), color=_color(variant))
     for variant, (ps, pv) in (paper or {}).items():
         ax.plot(ps, pv, linestyle="none", marker="D", markersize=6, markerfacecolor="white",
-                color=COLORS.get(variant, COLORS["paper"]),
+                color=_color(variant) or COLORS["paper"],
                 label=f"paper, {_label(variant).split(' (')[0]}")
     if logy:
         ax.set_yscale("log")
@@ -56,8 +65,8 @@ def majority_curves(step, curves: dict[str, np.ndarray], ylabel: str,
 def _ones_and_plane(ax, radius: float) -> None:
     """The all-ones direction and a disc of the plane orthogonal to it."""
     one = np.ones(3) / np.sqrt(3)
-    ax.plot(*np.stack([-radius * one, radius * one]).T, color=COLORS["theory"], lw=1.5,
-            linestyle="--", label="direction of 1")
+    ax.plot(*np.stack([-1.3 * radius * one, 1.3 * radius * one]).T, color=COLORS["theory"],
+            lw=2.0, linestyle="--", label="direction of 1", zorder=5)
     u = np.array([1.0, -1.0, 0.0]) / np.sqrt(2)
     w = np.cross(one, u)
     t = np.linspace(0, 2 * np.pi, 60)
@@ -69,11 +78,14 @@ def _ones_and_plane(ax, radius: float) -> None:
 
 
 def keys_queries_3d(panels: dict[str, tuple[np.ndarray, np.ndarray]],
-                    elev: float = 20.0, azim: float = 35.0, width: float = 9.0) -> Figure:
+                    elev: float = 8.0, azim: float = -45.0, width: float = 9.0,
+                    query_length: float | None = 0.9) -> Figure:
     """Figure 1a/1b: keys (norm1 of the embeddings) and effective queries of d = 3 models.
 
     panels: title -> (keys (n, 3), queries (n, 3)). Each panel also shows the direction
-    of 1 and the plane orthogonal to it, where LayerNorm puts every key.
+    of 1 and the plane orthogonal to it, where LayerNorm puts every key. Only a query's
+    direction matters for which key wins, so by default queries are drawn with length
+    ``query_length`` times the largest key (None: as they are).
     """
     fig = new_figure(width=width, height=width / len(panels) + 0.4)[0]
     fig.clf()
@@ -82,7 +94,11 @@ def keys_queries_3d(panels: dict[str, tuple[np.ndarray, np.ndarray]],
         if keys.shape[-1] != 3 or queries.shape[-1] != 3:
             raise ValueError("keys and queries must be 3-dimensional")
         ax = fig.add_subplot(1, len(panels), k + 1, projection="3d")
-        radius = float(max(np.abs(keys).max(), np.abs(queries).max(), 1.0)) * 1.05
+        key_len = float(np.linalg.norm(keys, axis=1).max())
+        if query_length is not None:
+            norms = np.linalg.norm(queries, axis=1, keepdims=True)
+            queries = query_length * key_len * queries / np.maximum(norms, 1e-12)
+        radius = max(key_len, float(np.linalg.norm(queries, axis=1).max())) * 1.05
         _ones_and_plane(ax, radius)
         for i, (vecs, name, color, marker) in enumerate(
                 [(keys, "keys", COLORS["highlight"], "o"),
@@ -96,6 +112,7 @@ def keys_queries_3d(panels: dict[str, tuple[np.ndarray, np.ndarray]],
         ax.set_xlabel("x")
         ax.set_ylabel("y")
         ax.set_zlabel("z")
+        ax.set_box_aspect((1, 1, 1))
         ax.set_title(title)
         ax.view_init(elev=elev, azim=azim)
         if k == 0:
@@ -116,7 +133,7 @@ def steps_to_accuracy(steps_by_variant: dict[str, np.ndarray], threshold: float,
     names = list(steps_by_variant)
     for row, variant in enumerate(names):
         s = np.asarray(steps_by_variant[variant], dtype=float)
-        color = COLORS.get(variant)
+        color = _color(variant)
         ok = ~np.isnan(s)
         jitter = np.linspace(-0.12, 0.12, len(s)) if len(s) > 1 else np.zeros(1)
         ax.plot(s[ok], row + jitter[ok], "o", color=color, alpha=0.8)
