@@ -13,3 +13,6 @@ from .majority import (  # noqa: F401
     check_attend_counts, check_has_clear_majority, check_norm_without_projection,
     check_query_angle, check_uniform_query_weights,
 )
+from .selectability import (  # noqa: F401
+    check_braid_reflect, check_ellipsoid_query, check_hull_vertices_2d, check_unselectable_lp,
+)

@@ -6,4 +6,7 @@ from .layernorm import (  # noqa: F401
     plane_to_two_points, variance_errors,
 )
 from .majority import VARIANT_LABELS, keys_queries_3d, majority_curves, steps_to_accuracy  # noqa: F401
+from .selectability import (  # noqa: F401
+    fraction_vs_dimension, keys_hull_2d, layer_fractions, lm_loss_curves, unselectable_heatmaps,
+)
 from .style import COLORS, band, blank_figure, new_figure, use_style  # noqa: F401
