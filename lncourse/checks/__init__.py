@@ -16,3 +16,7 @@ from .majority import (  # noqa: F401
 from .selectability import (  # noqa: F401
     check_braid_reflect, check_ellipsoid_query, check_hull_vertices_2d, check_unselectable_lp,
 )
+from .nope import (  # noqa: F401
+    check_effective_tokens, check_fit_loglog_slope, check_masked_attention, check_running_mean,
+    check_sample_covariance,
+)

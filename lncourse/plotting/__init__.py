@@ -6,6 +6,9 @@ from .layernorm import (  # noqa: F401
     plane_to_two_points, variance_errors,
 )
 from .majority import VARIANT_LABELS, keys_queries_3d, majority_curves, steps_to_accuracy  # noqa: F401
+from .nope import (  # noqa: F401
+    cumulative_attention, final_ln_signal, probe_errors, sigma_sweep, variance_loglog,
+)
 from .selectability import (  # noqa: F401
     fraction_vs_dimension, keys_hull_2d, layer_fractions, lm_loss_curves, unselectable_heatmaps,
 )
