@@ -15,8 +15,10 @@ fi
 export LNCOURSE_DEVICE=${LNCOURSE_DEVICE:-cpu}
 mkdir -p _build
 
-# The student notebooks run while the site builds: both spend most of their time in
-# small single-process PyTorch loops, so on two cores they overlap well.
+# The student notebooks run while the site builds, one core each: PyTorch's threads are
+# capped at one per process, since two processes each spinning two threads on two cores
+# were measured to run the majority chapter five times slower.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 echo "[test] executing the student notebooks (in the background) while the site builds"
 .venv/bin/python -m pytest -m notebooks -k student -p no:cacheprovider -q \
   > _build/student-notebooks.log 2>&1 &
