@@ -119,37 +119,35 @@ def check_fit_loglog_slope(fn) -> None:
 
 # --- causal and bidirectional masks ------------------------------------------------------
 
+def _apply_mask(scores: Tensor, causal: bool, keep_fn) -> Tensor:
+    """Scores with -inf where ``keep_fn(ones(T, T))`` is False (only when causal)."""
+    if not causal:
+        return scores
+    T = scores.shape[-1]
+    keep = keep_fn(torch.ones(T, T, dtype=torch.bool))
+    return scores.masked_fill(~keep, float("-inf"))
+
+
 def _masked_attention(scores: Tensor, causal: bool) -> Tensor:
-    if causal:
-        T = scores.shape[-1]
-        keep = torch.ones(T, T, dtype=torch.bool).tril()
-        scores = scores.masked_fill(~keep, float("-inf"))
-    return scores.softmax(-1)
+    return _apply_mask(scores, causal, torch.tril).softmax(-1)
+
+
+def _strict_below_diagonal(ones: Tensor) -> Tensor:
+    keep = ones.tril(-1)
+    keep[0, 0] = True  # avoid an all -inf first row
+    return keep
 
 
 def _strict_mask(scores: Tensor, causal: bool) -> Tensor:
-    if causal:
-        T = scores.shape[-1]
-        keep = torch.ones(T, T, dtype=torch.bool).tril(-1)
-        keep[0, 0] = True  # avoid an all -inf first row
-        scores = scores.masked_fill(~keep, float("-inf"))
-    return scores.softmax(-1)
+    return _apply_mask(scores, causal, _strict_below_diagonal).softmax(-1)
 
 
 def _future_mask(scores: Tensor, causal: bool) -> Tensor:
-    if causal:
-        T = scores.shape[-1]
-        keep = torch.ones(T, T, dtype=torch.bool).triu()
-        scores = scores.masked_fill(~keep, float("-inf"))
-    return scores.softmax(-1)
+    return _apply_mask(scores, causal, torch.triu).softmax(-1)
 
 
 def _query_softmax(scores: Tensor, causal: bool) -> Tensor:
-    if causal:
-        T = scores.shape[-1]
-        keep = torch.ones(T, T, dtype=torch.bool).tril()
-        scores = scores.masked_fill(~keep, float("-inf"))
-    return scores.softmax(-2).nan_to_num(0.0)
+    return _apply_mask(scores, causal, torch.tril).softmax(-2).nan_to_num(0.0)
 
 
 def check_masked_attention(fn) -> None:
