@@ -20,7 +20,7 @@ mkdir -p _build
 # were measured to run the majority chapter five times slower.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 echo "[test] executing the student notebooks (in the background) while the site builds"
-.venv/bin/python -m pytest -m notebooks -k student -p no:cacheprovider -q \
+.venv/bin/python -m pytest -m notebooks -k student -p no:cacheprovider -q --durations=0 \
   > _build/student-notebooks.log 2>&1 &
 students=$!
 site_status=0

@@ -7,6 +7,7 @@ import jupytext
 import nbformat
 import papermill
 import pytest
+from jupyter_client.manager import KernelManager
 
 from lncourse.editions import build_editions, chapter_sources
 
@@ -14,6 +15,16 @@ from conftest import ROOT
 
 CHAPTERS = chapter_sources(ROOT)
 SITE_PAGES = ROOT / "_build" / "html" / "book"
+
+
+class IPCKernelManager(KernelManager):
+    """Kernels talking over Unix sockets rather than TCP ports: these notebooks run while
+    the site build starts kernels of its own, and two kernels picking free TCP ports at
+    the same moment can collide and stall."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("transport", "ipc")
+        super().__init__(**kwargs)
 
 
 def _errors(nb):
@@ -32,7 +43,8 @@ def test_student_notebook_raises_only_not_implemented(source, tmp_path):
     try:
         papermill.execute_notebook(str(path), str(out), parameters={"FULL": False},
                                    cwd=str(ROOT / "book"), kernel_name="python3",
-                                   progress_bar=False, execution_timeout=900)
+                                   progress_bar=False, execution_timeout=900,
+                                   kernel_manager_class=IPCKernelManager)
     except papermill.PapermillExecutionError:
         pass  # cells tagged raises-exception ran on; papermill reports their errors at the end
     executed = nbformat.read(out, as_version=4)
