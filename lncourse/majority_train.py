@@ -1,22 +1,26 @@
-"""Training majority models: all seeds and variants of one configuration at once (chapter 3).
+"""Training majority models: every seed, variant and learning rate of one run at once
+(chapter 3).
 
-:func:`train` stacks the weights of M models (every seed x variant) along a leading axis
-and trains them as one computation with :func:`lncourse.majority.multiset_forward`. Adam
-is elementwise and the loss is a sum of per-model losses, so this is the same as training
-each model alone; :func:`train_single` does exactly that, token by token, with the
-released ``nn.TransformerEncoderLayer`` model, and the tests compare the two.
+:func:`train` stacks the weights of M models along a leading axis and trains them as one
+computation on class counts (:func:`lncourse.multiset.multiset_loss`), with Adam written
+out for a learning rate per model. Adam is elementwise and the loss is a sum of per-model
+losses, so this is the same as training each model alone; :func:`train_single` does
+exactly that, token by token, with the released ``nn.TransformerEncoderLayer`` and
+``torch.optim.Adam``, and the tests compare the two.
 
-Use it from Python (``train(MajorityConfig.quick())``) or from the command line::
+From Python, ``train(MajorityConfig.quick())``; from the command line, a preset written to
+``results/majority/<preset>.json`` with its provenance (resumable from a checkpoint)::
 
-    python -m lncourse.majority --preset paper --out results/
+    python -m lncourse.majority_train --preset paper
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
+import numbers
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,23 +30,39 @@ import torch
 from torch import Tensor
 
 from . import majority as M
+from . import multiset as MS
 from .checkpoint import load_checkpoint, save_checkpoint
-from .device import default_device
 from .progress import progress
+from .results import RESULTS_DIR, provenance, run_started, write_result
 
-PAPER_SEEDS = (11, 123, 42, 9, 456, 4, 5, 6, 7, 8)
+__all__ = ["PAPER_SEEDS", "MajorityConfig", "initial_model", "train", "train_single",
+           "history_arrays", "PRESETS", "main"]
+
+PAPER_SEEDS = (11, 123, 42, 9, 456, 4, 5, 6, 7, 8)   # the released scripts' seeds
+TRACE_STEPS = 25   # every step's loss is kept for the first steps (what the tests replay)
+
+
+def _int(name: str, value, low: int, high: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low \
+            or (high is not None and value >= high):
+        bound = f" and < {high}" if high is not None else ""
+        raise ValueError(f"{name} must be an integer >= {low}{bound}, got {value!r}")
 
 
 @dataclass(frozen=True)
 class MajorityConfig:
-    """One majority experiment: data, model, optimisation, which seeds and variants."""
+    """One majority run: data, model, optimisation, and which models train side by side.
+
+    The models are every (learning rate, variant, seed) triple; models of the same seed
+    start from the same weights and see the same batches, so comparisons are paired.
+    """
 
     n_samples: int = 100_000
     seq_len: int = 50
     n_classes: int = 20
     min_margin: int = 6             # largest class beats the second by this many tokens
     d_model: int = 8
-    lr: float = 1e-3
+    lr: float | tuple[float, ...] = 1e-3   # several: a grid trained side by side
     batch_size: int = 6000
     steps: int = 14_000             # 1,000 epochs of ceil(80,008 / 6,000) = 14 steps
     schedule_epochs: int = 10_000   # the linear decay is set for 10,000 epochs (release)
@@ -50,47 +70,78 @@ class MajorityConfig:
     eval_size: int | None = None    # test sequences used per evaluation; None: all
     seeds: tuple[int, ...] = PAPER_SEEDS
     variants: tuple[str, ...] = M.VARIANTS
-    data_seed: int = 0              # one dataset for every model: a paired comparison
+    data_seed: int = 0              # one dataset for every model
 
     def __post_init__(self):
         for v in self.variants:
             if v not in M.ALL_VARIANTS:
                 raise ValueError(f"unknown variant {v!r}; choose from {M.ALL_VARIANTS}")
-        if not self.seeds or not self.variants:
-            raise ValueError("need at least one seed and one variant")
-        if len(set(self.seeds)) != len(self.seeds) or len(set(self.variants)) != len(self.variants):
-            raise ValueError("seeds and variants must not repeat (each model is one pair)")
-        for name in ("batch_size", "steps", "eval_every", "schedule_epochs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr}")
+        if not self.seeds or not self.variants or not self.lrs:
+            raise ValueError("need at least one seed, one variant and one learning rate")
+        for name, items in (("seeds", self.seeds), ("variants", self.variants),
+                            ("lr", self.lrs)):
+            if len(set(items)) != len(items):
+                raise ValueError(f"{name} must not repeat (each model is one triple)")
+        for lr in self.lrs:
+            if isinstance(lr, bool) or not isinstance(lr, numbers.Real) \
+                    or not math.isfinite(lr) or lr <= 0:
+                raise ValueError(f"lr must be a finite positive number, got {lr!r}")
+        for seed in self.seeds + (self.data_seed,):
+            _int("a seed", seed, 0, 2**63)
+        for name in ("n_samples", "batch_size", "steps", "eval_every", "schedule_epochs"):
+            _int(name, getattr(self, name), 1)
+        _int("d_model", self.d_model, 2)
+        if self.eval_size is not None:
+            _int("eval_size", self.eval_size, 1)
+
+    @property
+    def lrs(self) -> tuple[float, ...]:
+        return self.lr if isinstance(self.lr, tuple) else (self.lr,)
 
     @classmethod
     def paper(cls) -> MajorityConfig:
-        """The paper's setting (appendix E.1 and the released scripts); for a GPU."""
-        return cls()
+        """The paper's setting (appendix E.1 and the released scripts): batch 6,000, lr
+        1e-3, its 10 seeds, 14,000 steps; every variant, the control, the other reading
+        of "no projection" and the two interventions (80 models)."""
+        return cls(variants=M.ALL_VARIANTS)
 
     @classmethod
     def quick(cls) -> MajorityConfig:
-        """A CPU-sized run (about a minute on two cores): batch 500, lr 3e-3 (three times
-        the paper's, to get far in 2,000 steps), 5 seeds, every variant and the control."""
-        return cls(batch_size=500, lr=3e-3, steps=2000, eval_every=100, eval_size=2000,
-                   seeds=PAPER_SEEDS[:5], variants=M.ALL_VARIANTS)
+        """Fast mode, in the paper's regime: batch 6,000 and lr 1e-3 as in the paper, 3
+        seeds, the 2 x 2 design (projection x scale), 600 steps (under 2 minutes on two
+        CPU cores)."""
+        return cls(steps=600, eval_every=50, eval_size=5000, seeds=PAPER_SEEDS[:3],
+                   variants=("layernorm", "no_projection", "no_projection_released",
+                             "layernorm_released_scale"))
+
+    @classmethod
+    def grid(cls, batch_size: int) -> MajorityConfig:
+        """The sensitivity grid at one batch size: lr 3e-4, 1e-3, 3e-3, the 2 x 2
+        design, 5 seeds. Batch 6,000: 14,000 steps, and the cell lr 1e-3 is the paper run
+        (the same models: its first 5 seeds). Batch 500: 30,000 steps, which see about
+        as many sequences as 2,500 steps at batch 6,000."""
+        big = batch_size == 6000
+        return cls(lr=(3e-4, 3e-3) if big else (3e-4, 1e-3, 3e-3), batch_size=batch_size,
+                   steps=14_000 if big else 30_000, eval_every=100 if big else 200,
+                   seeds=PAPER_SEEDS[:5],
+                   variants=("layernorm", "no_projection", "no_projection_released",
+                             "layernorm_released_scale"))
 
     @classmethod
     def three_d(cls, steps: int = 10_000) -> MajorityConfig:
         """Figure 1a/1b: d = 3, 10 classes, length 30, the released 3-d scripts' settings
-        (6,000 sequences, one full batch per step, 10,000 steps), all three norms."""
+        (6,000 sequences, one full batch per step, lr 1e-3, 10,000 steps), three norms,
+        5 seeds (the paper's figure shows one model)."""
         return cls(n_samples=6000, seq_len=30, n_classes=10, d_model=3, batch_size=6000,
-                   steps=steps, eval_every=max(1, steps // 20),
+                   steps=steps, eval_every=max(1, steps // 50),
                    variants=("layernorm", "no_projection", "no_projection_released"),
-                   seeds=PAPER_SEEDS[:1])
+                   seeds=PAPER_SEEDS[:5])
 
     @property
-    def models(self) -> list[tuple[str, int]]:
-        """(variant, seed) of each of the M models, variants in contiguous blocks."""
-        return [(v, s) for v in self.variants for s in self.seeds]
+    def models(self) -> list[tuple[str, int, float]]:
+        """(variant, seed, lr) of each of the M models: lr outermost, seed innermost, so
+        that model m reads the batch of seed m % n_seeds."""
+        return [(v, s, lr) for lr in self.lrs for v in self.variants for s in self.seeds]
 
 
 # ------------------------------------------------------------------------ pieces
@@ -111,16 +162,17 @@ def _data(config: MajorityConfig, device: torch.device):
 
 def initial_model(variant: str, seed: int, config: MajorityConfig) -> M.MajorityModel:
     """The model ``seed`` starts from (PyTorch's default init), without touching the
-    global random state. Every variant with the same seed starts from the same weights."""
+    global random state. Every variant with the same seed starts from the same weights
+    (the value-scaled intervention then multiplies its W_V by d)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return M.MajorityModel(variant, config.d_model, config.n_classes)
 
 
-def _lr_at(step: int, config: MajorityConfig, steps_per_epoch: int) -> float:
-    """Linear decay from ``lr`` to 0 over ``schedule_epochs`` (no warm-up), as released."""
+def _lr_factor(step: int, config: MajorityConfig, steps_per_epoch: int) -> float:
+    """Linear decay from 1 to 0 over ``schedule_epochs`` (no warm-up), as released."""
     total = config.schedule_epochs * steps_per_epoch
-    return config.lr * max(0.0, (total - step) / total)
+    return max(0.0, (total - step) / total)
 
 
 class _BatchOrder:
@@ -150,30 +202,57 @@ class _BatchOrder:
         self.perm = torch.randperm(self.n, generator=self.gen)
 
 
+class _Adam:
+    """``torch.optim.Adam``'s update (betas 0.9, 0.999, eps 1e-8) with a learning rate
+    per model: ``lr`` is (M,), multiplied by the schedule's factor at each step."""
+
+    def __init__(self, params: dict[str, Tensor], lr: Tensor):
+        self.params, self.lr, self.t = params, lr, 0
+        self.m = {k: torch.zeros_like(p) for k, p in params.items()}
+        self.v = {k: torch.zeros_like(p) for k, p in params.items()}
+
+    @torch.no_grad()
+    def step(self, grads: dict[str, Tensor], factor: float) -> None:
+        self.t += 1
+        c1, c2 = 1 - 0.9 ** self.t, math.sqrt(1 - 0.999 ** self.t)
+        step_size = self.lr * (factor / c1)                      # (M,)
+        for k, p in self.params.items():
+            g = grads[k]
+            self.m[k].lerp_(g, 0.1)
+            self.v[k].mul_(0.999).addcmul_(g, g, value=0.001)
+            denom = (self.v[k].sqrt() / c2).add_(1e-8)
+            p.sub_(self.m[k] / denom * step_size.view(-1, *([1] * (p.dim() - 1))))
+
+    def state(self) -> dict:
+        return {"t": self.t, "m": {k: t.cpu() for k, t in self.m.items()},
+                "v": {k: t.cpu() for k, t in self.v.items()}}
+
+    def load(self, state: dict) -> None:
+        self.t = state["t"]
+        for k in self.params:
+            self.m[k].copy_(state["m"][k])
+            self.v[k].copy_(state["v"][k])
+
+
 @torch.inference_mode()
-def _evaluate(params: dict[str, Tensor], variants: tuple[str, ...], data: dict,
-              chunk: int) -> tuple[Tensor, Tensor]:
+def _evaluate(params: dict[str, Tensor], variants: tuple[str, ...],
+              data: dict) -> tuple[Tensor, Tensor]:
     """Per-token test accuracy and mean query angle of each model, (M,) each."""
-    correct = 0.0
-    for start in range(0, len(data["test_labels"]), chunk):
-        c = data["test_counts"][start:start + chunk]
-        y = data["test_labels"][start:start + chunk]
-        _, acc = M.multiset_loss_and_accuracy(*M.multiset_forward(params, c, variants), y)
-        correct = correct + acc * c.sum()
-    n_tokens = data["test_counts"].sum()
+    _, acc = MS.multiset_evaluate(params, data["test_counts"], data["test_labels"], variants)
     # Angle averaged over the test tokens = over classes weighted by their token counts.
-    class_weight = data["test_counts"].sum(dim=0).to(params["W_E"].dtype)  # (C,)
-    angles = torch.stack([M.query_angles(M.effective_queries(params["W_E"][m],
-                                                             params["W_in"][m], v))
-                          for m, v in enumerate(variants)])        # (M, C)
-    angle = (angles * class_weight).sum(dim=1) / class_weight.sum()
-    return correct / n_tokens, angle
+    class_weight = data["test_counts"].sum(dim=0).to(params["W_E"].dtype)   # (C,)
+    angles = torch.stack([M.query_angles(M.effective_queries(
+        params["W_E"][m], params["W_in"][m], v, params["n1_gain"][m]))
+        for m, v in enumerate(variants)])                                   # (M, C)
+    return acc, (angles * class_weight).sum(dim=1) / class_weight.sum()
 
 
 def _empty_history(config: MajorityConfig) -> dict:
     return {"config": dataclasses.asdict(config),
-            "variant": [v for v, _ in config.models], "seed": [s for _, s in config.models],
-            "step": [], "train_loss": [], "test_acc": [], "query_angle": []}
+            "variant": [v for v, _, _ in config.models],
+            "seed": [s for _, s, _ in config.models], "lr": [lr for _, _, lr in config.models],
+            "step": [], "train_loss": [], "test_acc": [], "query_angle": [],
+            "trace": {"step": [], "train_loss": []}}
 
 
 def _record(history: dict, step: int, train_loss: Tensor, acc: Tensor, angle: Tensor):
@@ -183,95 +262,108 @@ def _record(history: dict, step: int, train_loss: Tensor, acc: Tensor, angle: Te
     history["query_angle"].append([float(x) for x in angle])
 
 
-# ----------------------------------------------------------------------- trainers
-def train(config: MajorityConfig, *, device: torch.device | str | None = None,
-          dtype: torch.dtype = torch.float32, checkpoint_path: str | Path | None = None,
-          show_progress: bool = True, eval_chunk: int = 2000, _on_step=None) -> dict:
-    """Train every (variant, seed) of ``config`` together; return the history.
+def _raise_if_not_finite(loss: Tensor, step: int, config: MajorityConfig) -> None:
+    bad = (~torch.isfinite(loss)).nonzero().flatten().tolist()
+    if bad:
+        names = ", ".join(f"{v}/seed {s}/lr {lr:g}" for v, s, lr in
+                          (config.models[m] for m in bad[:4]))
+        raise FloatingPointError(
+            f"the training loss is not finite at step {step} for {len(bad)} model(s) "
+            f"({names}); lower the learning rate, or train in float64")
 
-    History (a JSON-friendly dict): ``variant``, ``seed`` (one entry per model), ``step``
-    (evaluation steps, 0 first) and, per evaluation, one value per model of
+
+# ----------------------------------------------------------------------- trainers
+def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
+          dtype: torch.dtype = torch.float32, checkpoint_path: str | Path | None = None,
+          show_progress: bool = True, chunk: int | None = None, _on_step=None) -> dict:
+    """Train every (variant, seed, lr) of ``config`` together; return the history.
+
+    History (a JSON-friendly dict): ``variant``, ``seed``, ``lr`` (one entry per model),
+    ``step`` (evaluation steps, 0 first) and, per evaluation, one value per model of
     ``train_loss`` (mean training batch loss since the previous evaluation; at step 0
-    the loss of the first batch), ``test_acc`` (per-token) and ``query_angle`` (mean
-    angle in degrees of the effective queries to 1 over the test tokens).
+    the loss of the first batch), ``test_acc`` (per token) and ``query_angle`` (mean
+    angle in degrees of the effective queries to 1 over the test tokens); ``trace``, the
+    loss of each of the first steps; ``final_params``.
 
     With ``checkpoint_path``, the state is saved at every evaluation and an existing
     checkpoint of the same configuration is resumed: the history comes out the same as
-    an uninterrupted run's. The steps train on ``device`` (default: ``default_device()``).
+    an uninterrupted run's. A non-finite loss raises ``FloatingPointError``.
     """
-    device = torch.device(device) if device is not None else default_device()
+    device = torch.device(device)
     data = _data(config, device)
-    models = config.models
-    variants = tuple(v for v, _ in models)
+    variants = tuple(v for v, _, _ in config.models)
     n_train = len(data["train_labels"])
-    orders = {s: _BatchOrder(s, n_train, config.batch_size) for s in config.seeds}
-    steps_per_epoch = orders[config.seeds[0]].steps_per_epoch
+    orders = [_BatchOrder(s, n_train, config.batch_size) for s in config.seeds]
+    steps_per_epoch = orders[0].steps_per_epoch
 
-    init = M.stack_params([initial_model(v, s, config) for v, s in models])
+    init = M.stack_params([initial_model(v, s, config) for v, s, _ in config.models])
     params = {k: t.to(device=device, dtype=dtype).requires_grad_() for k, t in init.items()}
-    opt = torch.optim.Adam(list(params.values()), lr=config.lr)
-    history, start = _empty_history(config), 0
+    lrs = torch.tensor([lr for _, _, lr in config.models], device=device, dtype=dtype)
+    opt = _Adam(params, lrs)
+    history, start, elapsed = _empty_history(config), 0, 0.0
 
     state = load_checkpoint(checkpoint_path) if checkpoint_path else None
     if state is not None:
-        if state["config"] != dataclasses.asdict(config):
-            raise ValueError(f"{checkpoint_path} holds a different configuration; "
-                             "delete it or choose another path")
+        if state.get("kind") != "majority" or state.get("config") != dataclasses.asdict(config):
+            raise ValueError(f"{checkpoint_path} holds another run (a different configuration "
+                             "or trainer); delete it or choose another path")
         with torch.no_grad():
             for k in params:
                 params[k].copy_(state["params"][k])
-        opt.load_state_dict(state["optimizer"])
-        for s, epoch_state in zip(config.seeds, state["epoch_states"]):
-            orders[s].restore(epoch_state)
-        history, start = state["history"], state["step"]
+        opt.load(state["optimizer"])
+        for order, epoch_state in zip(orders, state["epoch_states"]):
+            order.restore(epoch_state)
+        history, start, elapsed = state["history"], state["step"], state["elapsed"]
 
     def batch(step: int):
-        # Models are ordered (variant, seed) with seeds inner, so model m belongs to seed
-        # m % n_seeds: one batch per seed, shared by that seed's variants.
-        idx = torch.stack([orders[s].indices(step) for s in config.seeds]).to(device)  # (S, B)
+        # One batch per seed (G = n_seeds), shared by that seed's variants and lrs.
+        idx = torch.stack([o.indices(step) for o in orders]).to(device)     # (G, B)
         return data["train_counts"][idx], data["train_labels"][idx]
+
+    t0 = time.perf_counter()
 
     def checkpoint(step: int):
         save_checkpoint(checkpoint_path, {
-            "config": dataclasses.asdict(config), "step": step, "history": history,
+            "kind": "majority", "config": dataclasses.asdict(config), "step": step,
+            "history": history, "elapsed": elapsed + time.perf_counter() - t0,
             "params": {k: p.detach().cpu() for k, p in params.items()},
-            "optimizer": opt.state_dict(),
-            "epoch_states": [orders[s].epoch_state for s in config.seeds]})
+            "optimizer": opt.state(), "epoch_states": [o.epoch_state for o in orders]})
 
     if start == 0:
-        with torch.no_grad():
-            c, y = batch(0)
-            loss0 = M.multiset_loss(*M.multiset_forward(params, c, variants), y)
-        _record(history, 0, loss0, *_evaluate(params, variants, data, eval_chunk))
+        c, y = batch(0)
+        loss0, _ = MS.multiset_evaluate(params, c, y, variants, chunk)
+        _record(history, 0, loss0, *_evaluate(params, variants, data))
         if checkpoint_path:
             checkpoint(0)
 
     bar = progress(range(start, config.steps), total=config.steps, initial=start,
                    desc="majority", disable=not show_progress)
-    loss_sum = torch.zeros(len(models), device=device, dtype=dtype)
+    loss_sum = torch.zeros(len(variants), device=device, dtype=dtype)
     for step in bar:
         c, y = batch(step)
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, config, steps_per_epoch)
-        loss = M.multiset_loss(*M.multiset_forward(params, c, variants), y)
-        opt.zero_grad(set_to_none=True)
-        loss.sum().backward()  # models do not share weights: each gets its own gradient
-        opt.step()
-        loss_sum += loss.detach()
+        loss = MS.multiset_loss(params, c, y, variants, chunk)
+        grads = torch.autograd.grad(loss.sum(), list(params.values()))
+        opt.step(dict(zip(params, grads)), _lr_factor(step, config, steps_per_epoch))
+        loss = loss.detach()
+        loss_sum += loss
         done = step + 1
+        if done <= TRACE_STEPS:
+            _raise_if_not_finite(loss, done, config)
+            history["trace"]["step"].append(done)
+            history["trace"]["train_loss"].append([float(x) for x in loss])
         if done % config.eval_every == 0 or done == config.steps:
-            n = done - history["step"][-1]
-            acc, angle = _evaluate(params, variants, data, eval_chunk)
-            _record(history, done, loss_sum / n, acc, angle)
+            _raise_if_not_finite(loss_sum, done, config)
+            acc, angle = _evaluate(params, variants, data)
+            _record(history, done, loss_sum / (done - history["step"][-1]), acc, angle)
             loss_sum.zero_()
             if checkpoint_path:
                 checkpoint(done)
-            bar.set_postfix(loss=f"{float(loss.detach().mean()):.3f}",
-                            acc=f"{float(acc.mean()):.3f}")
+            bar.set_postfix(loss=f"{float(loss.mean()):.3f}", acc=f"{float(acc.mean()):.3f}")
         if _on_step is not None:
             _on_step(done)
     bar.close()
     history["final_params"] = {k: p.detach().cpu().tolist() for k, p in params.items()}
+    history["seconds"] = elapsed + time.perf_counter() - t0
     return history
 
 
@@ -281,15 +373,18 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
     """The straightforward way: one released model, token by token, ``torch.optim.Adam``.
 
     Same data, initial weights, batch order and schedule as model (variant, seed) of
-    :func:`train`, so the two histories agree up to rounding. Returns the same keys,
-    each holding one model.
+    :func:`train` (at ``config``'s first learning rate), so the two histories agree up to
+    rounding. Returns the same keys, each holding one model.
     """
     device = torch.device(device)
     cfg = dataclasses.replace(config, seeds=(seed,), variants=(variant,),
-                              steps=steps or config.steps)
+                              lr=config.lrs[0], steps=steps or config.steps)
     data = _data(cfg, device)
     model = initial_model(variant, seed, cfg).to(device=device, dtype=dtype)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: _lr_factor(step, cfg, math.ceil(len(data["train_labels"])
+                                                          / cfg.batch_size)))
     order = _BatchOrder(seed, len(data["train_labels"]), cfg.batch_size)
     loss_fn = torch.nn.CrossEntropyLoss()
     history = _empty_history(cfg)
@@ -308,7 +403,7 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
                       for i in range(0, len(y), 2000))
         weight = data["test_counts"].sum(dim=0).to(dtype)
         q = M.effective_queries(model.embedding.weight, model.layer.self_attn.in_proj_weight,
-                                variant)
+                                variant, model.layer.norm1.gain)
         angle = (M.query_angles(q) * weight).sum() / weight.sum()
         return torch.tensor([correct / x.numel()], dtype=torch.float64), angle.reshape(1)
 
@@ -317,14 +412,16 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
     _record(history, 0, loss0.reshape(1), *evaluate())
     loss_sum = 0.0
     for step in progress(range(cfg.steps), desc=f"{variant} {seed}", disable=not show_progress):
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, cfg, order.steps_per_epoch)
         loss = token_loss(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sched.step()
         loss_sum += loss.item()
         done = step + 1
+        if done <= TRACE_STEPS:
+            history["trace"]["step"].append(done)
+            history["trace"]["train_loss"].append([loss.item()])
         if done % cfg.eval_every == 0 or done == cfg.steps:
             n = done - history["step"][-1]
             _record(history, done, torch.tensor([loss_sum / n], dtype=torch.float64), *evaluate())
@@ -335,59 +432,62 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
 
 
 # ------------------------------------------------------------------ reading results
-def history_arrays(history: dict, variant: str) -> dict[str, np.ndarray]:
-    """One variant's curves as arrays: ``step`` (P,) and ``train_loss``, ``test_acc``,
-    ``query_angle`` of shape (n_seeds, P), ready for :func:`lncourse.plotting.band`."""
-    cols = [m for m, v in enumerate(history["variant"]) if v == variant]
+def history_arrays(history: dict, variant: str, lr: float | None = None) -> dict[str, np.ndarray]:
+    """One variant's curves (at one learning rate; default: the run's only one) as arrays:
+    ``step`` (P,) and ``train_loss``, ``test_acc``, ``query_angle`` of shape (n_seeds, P),
+    seeds in the run's order, ready for :func:`lncourse.plotting.band`."""
+    lrs = sorted(set(history.get("lr", [history["config"]["lr"]] * len(history["variant"]))))
+    if lr is None:
+        if len(lrs) > 1:
+            raise ValueError(f"this history holds several learning rates {lrs}; pass lr=")
+        lr = lrs[0]
+    run_lr = history.get("lr", [lr] * len(history["variant"]))
+    cols = [m for m, (v, r) in enumerate(zip(history["variant"], run_lr))
+            if v == variant and math.isclose(r, lr)]
     if not cols:
-        raise ValueError(f"variant {variant!r} is not in this history "
-                         f"(it has {sorted(set(history['variant']))})")
-    out = {"step": np.asarray(history["step"]),
-           "seed": np.asarray(history["seed"])[cols]}
+        raise ValueError(f"variant {variant!r} at lr {lr:g} is not in this history "
+                         f"(it has {sorted(set(history['variant']))} at {lrs})")
+    out = {"step": np.asarray(history["step"]), "seed": np.asarray(history["seed"])[cols]}
     for key in ("train_loss", "test_acc", "query_angle"):
         out[key] = np.asarray(history[key], dtype=float)[:, cols].T
     return out
 
 
-def steps_to_threshold(steps: np.ndarray, values: np.ndarray, threshold: float = 0.9) -> np.ndarray:
-    """First evaluation step at which each run reaches ``threshold`` (NaN if never).
-
-    steps: (P,); values: (n_runs, P). Returns (n_runs,).
-    """
-    values = np.atleast_2d(np.asarray(values, dtype=float))
-    reached = values >= threshold
-    first = reached.argmax(axis=1)
-    return np.where(reached.any(axis=1), np.asarray(steps, dtype=float)[first], np.nan)
-
-
 # --------------------------------------------------------------------- command line
 PRESETS = {"paper": MajorityConfig.paper, "quick": MajorityConfig.quick,
-           "three_d": MajorityConfig.three_d}
+           "three_d": MajorityConfig.three_d,
+           "grid_b500": lambda: MajorityConfig.grid(500),
+           "grid_b6000": lambda: MajorityConfig.grid(6000)}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m lncourse.majority --preset paper --out results/``."""
-    parser = argparse.ArgumentParser(description="Train the majority models of chapter 3.")
+def main(argv: list[str] | None = None) -> Path:
+    """``python -m lncourse.majority_train --preset paper``: train, write the result."""
+    parser = argparse.ArgumentParser(description="Train the majority models of chapter 3 "
+                                     "and store the history with its provenance.")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
-    parser.add_argument("--out", default="results", help="folder for the history JSON")
-    parser.add_argument("--steps", type=int, default=None, help="override the step count")
-    parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: best)")
-    parser.add_argument("--variants", nargs="+", choices=M.ALL_VARIANTS, default=None,
-                        help="override the preset's variants (chapter 3 adds "
-                             "layernorm_released_scale to the paper's four)")
+    parser.add_argument("--out", default=None,
+                        help="result file (default results/majority/<preset>.json)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="override the preset's step count (recorded in the config)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     config = PRESETS[args.preset]()
     if args.steps is not None:
         config = dataclasses.replace(config, steps=args.steps)
-    if args.variants is not None:
-        config = dataclasses.replace(config, variants=tuple(args.variants))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    history = train(config, device=args.device,
-                    checkpoint_path=out / f"majority_{args.preset}.ckpt")
-    history["seconds"] = time.perf_counter() - t0
-    history["device"] = str(torch.device(args.device) if args.device else default_device())
-    path = out / f"majority_{args.preset}.json"
-    path.write_text(json.dumps(history))
-    print(f"wrote {path} ({history['seconds']:.0f} s on {history['device']})")
+    out = Path(args.out) if args.out else RESULTS_DIR / "majority" / f"{args.preset}.json"
+    ckpt = RESULTS_DIR / "checkpoints" / f"majority_{out.stem}.ckpt"
+    command = "python -m lncourse.majority_train " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    started = run_started(ckpt, command)     # the commit and command of the first start
+    history = train(config, device=args.device, checkpoint_path=ckpt,
+                    show_progress=not args.quiet)
+    history["provenance"] = provenance(args.device, history.pop("seconds"), **started)
+    write_result(out, history)
+    print(f"wrote {out} ({history['provenance']['wall_seconds']:.0f} s on "
+          f"{history['provenance']['device']})")
+    return out
+
+
+if __name__ == "__main__":
+    main()

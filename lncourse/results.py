@@ -1,0 +1,126 @@
+"""Stored results: long runs written once, with their provenance, and shown by chapters.
+
+Some evidence takes longer than a build (paper-scale training). A command writes it to
+``results/<chapter>/<name>.json``: the measurements, the full configuration and a
+``provenance`` record (the exact command, git commit, device, torch version, wall time).
+Chapters load these files and label each figure with :func:`describe`; the tests
+recompute a prefix of every file so that a stored result cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+__all__ = ["RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
+           "load_result", "describe"]
+
+# results/ at the root of a checkout; LNCOURSE_RESULTS points elsewhere (a Colab copy).
+RESULTS_DIR = Path(os.environ.get("LNCOURSE_RESULTS",
+                                  Path(__file__).resolve().parent.parent / "results"))
+
+
+def _git_commit() -> str:
+    """The checkout's commit, with ``+dirty`` if tracked files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                                text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True, check=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return commit + ("+dirty" if dirty else "")
+
+
+def device_name(device: torch.device | str) -> str:
+    """A readable name of the hardware behind ``device``."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    if device.type == "cpu":
+        model = platform.processor() or platform.machine()
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        return f"cpu: {model}, {torch.get_num_threads()} threads"
+    return device.type
+
+
+def provenance(device: torch.device | str, wall_seconds: float, command: str | None = None,
+               **extra) -> dict:
+    """Where a result came from: command, commit, device, versions, wall time, date."""
+    command = command or " ".join([Path(sys.executable).name, *sys.argv])
+    return {"command": command,
+            "git_commit": _git_commit(), "device": device_name(device),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "wall_seconds": round(float(wall_seconds), 1),
+            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **extra}
+
+
+def run_started(checkpoint: str | os.PathLike, command: str) -> dict:
+    """The command and commit a (possibly resumed) run started from, kept beside its
+    checkpoint; a resumed run adds the commit it resumed at. For :func:`provenance`."""
+    meta = Path(str(checkpoint) + ".start.json")
+    commit = _git_commit()
+    if Path(checkpoint).exists() and meta.exists():
+        started = json.loads(meta.read_text())
+        if started["command"] != command:
+            raise ValueError(f"{checkpoint} was started by `{started['command']}`, not "
+                             f"`{command}`; delete it to start afresh")
+        started.setdefault("resumed_at_commits", []).append(commit)
+    else:
+        started = {"command": command, "git_commit": commit}
+    meta.parent.mkdir(parents=True, exist_ok=True)
+    meta.write_text(json.dumps(started))
+    return started
+
+
+def write_result(path: str | os.PathLike, payload: dict) -> Path:
+    """Write a result (which must hold ``config`` and ``provenance``) as JSON, atomically."""
+    missing = {"config", "provenance"} - payload.keys()
+    if missing:
+        raise ValueError(f"a stored result needs {sorted(missing)} besides its measurements")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=None, separators=(",", ":")))
+    os.replace(tmp, path)
+    return path
+
+
+def load_result(name: str | os.PathLike) -> dict:
+    """Load ``results/<name>.json`` (or a path); a clear error if it is missing."""
+    path = Path(name)
+    if not path.suffix:
+        path = RESULTS_DIR / f"{name}.json"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no stored result at {path}. results/README.md lists the command that writes "
+            "it; on Colab, set LNCOURSE_RESULTS to a copy of the repository's results/.")
+    result = json.loads(path.read_text())
+    if "provenance" not in result:
+        raise ValueError(f"{path} has no provenance record; it is not a stored result")
+    return result
+
+
+def describe(result: dict) -> str:
+    """One line saying what ran where: for captions and printed labels."""
+    p = result["provenance"]
+    hours = p["wall_seconds"] / 3600
+    took = f"{hours:.1f} h" if hours >= 1 else f"{p['wall_seconds'] / 60:.0f} min"
+    return (f"stored result: `{p['command']}`, commit {p['git_commit'][:10]}, "
+            f"{p['device']}, torch {p['torch']}, {took}")
