@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Write chapter 3's stored results (results/majority/*.json), one run after another.
+# Each run checkpoints every evaluation in results/checkpoints/ and resumes from there
+# when started again, so this script can be stopped and rerun. Hours on two CPU cores;
+# results/README.md lists the wall time of each run.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=${PY:-.venv/bin/python}
+DEVICE=${DEVICE:-cpu}
+for preset in three_d paper grid_b500 grid_b6000; do
+  if [ -f "results/majority/$preset.json" ]; then
+    echo "[majority] results/majority/$preset.json exists; skipping"
+    continue
+  fi
+  echo "[majority] $preset: started $(date -u +%FT%TZ)"
+  $PY -m lncourse.majority_train --preset "$preset" --device "$DEVICE" --quiet
+done
