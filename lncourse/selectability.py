@@ -19,50 +19,47 @@ Both are checked before a result is returned. The search is cheap first, exact l
    r_x under which k_i wins by ||r||^2 (so this step is exact in exact arithmetic);
 4. an LP solved by SciPy's HiGHS for whatever the steps above leave uncertified.
 
+Each verdict records which step certified it (:class:`Method`).
+
 Conventions. Keys that are identical (equal within ``tol`` in every coordinate) count as
 one point: such a key is selectable when that point is a vertex, and it need only beat
 the keys that differ from it. Tolerances: with s the largest |coordinate| of the centred
 keys, tol = rtol * s (default rtol = 1e-12, a few hundred times
 the rounding error of float64 scores); all tests run on the centred keys, which
 changes no verdict (adding a vector to every key adds the same number to every score).
-Shapes: keys (n, d); batched keys (B, n, d); n keys, d dimensions.
+Shapes: keys (n, d); a batch of key sets (S, n, d): S sets of n keys in d dimensions.
+The experiments built on this (Figure 1c/1d, the Gaussian proxy, keys inside a causal
+prefix) are in :mod:`lncourse.selectability_experiments`.
 """
 
 from __future__ import annotations
 
-import time
+import enum
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.optimize import linprog, nnls
 
-__all__ = [
-    "Selectability", "selectability", "selectability_batch", "selectability_lp_baseline",
-    "random_key_sets", "unselectable_grid", "prefix_unselectable_fraction",
-    "PAPER_FIG1C_PROB_ANY", "PAPER_FIG1C_MEAN_FRACTION", "PAPER_TABLE1", "PAPER_TABLE2",
-]
+__all__ = ["Method", "Selectability", "selectability", "selectability_batch"]
 
-# Reference values from Brody et al. (2023) and their released code (see REFERENCE.md).
-# Figure 1c heatmap as the released code computes it: P(at least one key unselectable).
-PAPER_FIG1C_PROB_ANY = {(3, 10): 0.91, (4, 10): 0.43, (6, 30): 0.89, (8, 30): 0.18,
-                        (8, 60): 0.89, (10, 60): 0.30, (12, 60): 0.01}  # (d, n) -> value
-PAPER_FIG1C_MEAN_FRACTION = {(3, 10): 0.18, (8, 60): 0.036}
-# Table 1: % unselectable before attention, per layer, in the model without scaling / with.
-PAPER_TABLE1 = {"without scaling": [51.0, 32.2, 34.7, 36.8], "with scaling": [0.0] * 4}
-# Table 2: % unselectable before and after the LayerNorm, per layer.
-PAPER_TABLE2 = {"before LayerNorm": [44.8, 28.5, 22.3, 26.1], "after LayerNorm": [0.0] * 4}
 
-METHODS = ("own direction", "walk", "nnls", "lp")
+class Method(enum.IntEnum):
+    """The step that certified a verdict (``Selectability.decided_by``)."""
+
+    OWN_DIRECTION = 0   # q = k_i or k_i - mean
+    WALK = 1            # the braid-reflect walk
+    NNLS = 2            # non-negative least squares on the lifted points
+    LP = 3              # HiGHS
 
 
 @dataclass(frozen=True)
 class Selectability:
-    """Verdicts and certificates. Shapes for one key set (batched: a leading B axis).
+    """Verdicts and certificates. Shapes for one key set (batched: a leading S axis).
 
     selectable: bool (n,); queries: (n, d), a unit witness query per selectable key (NaN
     rows elsewhere); weights: (n, n), convex weights per unselectable key (NaN rows
-    elsewhere); decided_by: (n,) index into ``METHODS`` (which step certified the key);
+    elsewhere); decided_by: int8 (n,), the :class:`Method` that certified each key;
     tol: the tolerance used (per set).
     """
 
@@ -81,6 +78,10 @@ class Selectability:
         return Selectability(self.selectable[b], self.queries[b], self.weights[b],
                              self.decided_by[b], float(np.asarray(self.tol)[b]))
 
+    def method_counts(self) -> dict[str, int]:
+        """How many keys each step certified: {method name: count}."""
+        return {m.name.lower(): int((self.decided_by == m).sum()) for m in Method}
+
 
 # ------------------------------------------------------------------------------ input
 def _as_keys(keys, ndim: int, name: str = "keys") -> np.ndarray:
@@ -96,7 +97,7 @@ def _as_keys(keys, ndim: int, name: str = "keys") -> np.ndarray:
         raise TypeError(f"{name} must be a torch.Tensor or a NumPy array, got "
                         f"{type(keys).__name__}")
     if keys.ndim != ndim:
-        want = "(n, d)" if ndim == 2 else "(B, n, d)"
+        want = "(n, d)" if ndim == 2 else "(S, n, d)"
         raise ValueError(f"{name} must have shape {want}, got {keys.shape}"
                          + ("; use selectability_batch for a batch of key sets"
                             if ndim == 2 and keys.ndim == 3 else ""))
@@ -114,10 +115,10 @@ def _as_keys(keys, ndim: int, name: str = "keys") -> np.ndarray:
 def _margins(Kc: np.ndarray, Q: np.ndarray, same: np.ndarray) -> np.ndarray:
     """Margin of key i under query Q[..., i, :]: q.k_i - max over keys that differ.
 
-    Kc: (B, n, d), Q: (B, n, d) (unit rows), same: (B, n, n) -> (B, n); +inf when no
+    Kc: (S, n, d), Q: (S, n, d) (unit rows), same: (S, n, n) -> (S, n); +inf when no
     other point exists.
     """
-    scores = np.einsum("bid,bjd->bij", Q, Kc)  # (B, n, n): query i against key j
+    scores = np.einsum("bid,bjd->bij", Q, Kc)  # (S, n, n): query i against key j
     own = np.einsum("bii->bi", scores)
     others = np.where(same, -np.inf, scores).max(axis=-1)
     return own - others
@@ -149,11 +150,11 @@ def _identical(Kc: np.ndarray, tol: np.ndarray, chunk: int = 4_000_000) -> np.nd
     Computed in blocks of about ``chunk`` differences, so that long contexts in wide
     models (say 256 keys in 384 dimensions) do not need gigabytes at once.
     """
-    B, n, d = Kc.shape
-    same = np.empty((B, n, n), dtype=bool)
+    S, n, d = Kc.shape
+    same = np.empty((S, n, n), dtype=bool)
     sets = max(1, chunk // (n * n * d))
     rows = max(1, chunk // (n * d))
-    for b0 in range(0, B, sets):
+    for b0 in range(0, S, sets):
         blk = Kc[b0:b0 + sets]                        # (b, n, d)
         t = tol[b0:b0 + sets, None, None]
         for i0 in range(0, n, rows):
@@ -163,8 +164,37 @@ def _identical(Kc: np.ndarray, tol: np.ndarray, chunk: int = 4_000_000) -> np.nd
 
 
 # --------------------------------------------------------------------------- the steps
+class _Verdicts:
+    """The verdicts being filled in for S sets of n keys in d dimensions."""
+
+    def __init__(self, S: int, n: int, d: int):
+        self.sel = np.zeros((S, n), dtype=bool)
+        self.Q = np.full((S, n, d), np.nan)
+        self.W = np.full((S, n, n), np.nan)
+        self.how = np.full((S, n), -1, dtype=np.int8)
+
+    def selectable(self, where, queries, method: Method) -> None:
+        self.Q[where], self.sel[where], self.how[where] = queries, True, method
+
+    def unselectable(self, where, weights, method: Method) -> None:
+        self.W[where], self.how[where] = weights, method
+
+
+def _own_direction(v: _Verdicts, K, Kc, same, tol) -> None:
+    """Step 1, every key at once: q = k_i, then q = k_i - mean (on a sphere both win)."""
+    single = same.all(axis=(1, 2))       # all keys of a set identical: one point, a vertex
+    v.selectable(single, np.eye(1, K.shape[2])[0], Method.OWN_DIRECTION)
+    for cand in (K, Kc):
+        Qc = _unit(cand)
+        ok = (_margins(Kc, Qc, same) > tol[:, None]) & ~v.sel
+        v.selectable(ok, Qc[ok], Method.OWN_DIRECTION)
+
+
 def _walk(Kc, same, tol, idx, Q0, steps):
-    """Braid-reflect walk for keys idx = (b, i) arrays; returns (success mask, queries)."""
+    """Braid-reflect walk for keys idx = (set, key) index arrays of length m.
+
+    Returns (success mask (m,), final queries (m, d)).
+    """
     b, i = idx
     K = Kc[b]                       # (m, n, d)
     ki = Kc[b, i]                   # (m, d)
@@ -173,8 +203,7 @@ def _walk(Kc, same, tol, idx, Q0, steps):
     ok = np.zeros(len(b), dtype=bool)
     rows = np.arange(len(b))
     for _ in range(steps):
-        scores = np.einsum("md,mnd->mn", X, K)
-        scores = np.where(mask, -np.inf, scores)
+        scores = np.where(mask, -np.inf, np.einsum("md,mnd->mn", X, K))
         j = scores.argmax(axis=1)
         gap = np.einsum("md,md->m", X, ki) - scores[rows, j]
         ok |= gap > tol[b] * np.linalg.norm(X, axis=1)
@@ -191,24 +220,49 @@ def _walk(Kc, same, tol, idx, Q0, steps):
     return ok, X
 
 
-def _nnls_one(Kc_b, same_bi, i, s):
-    """NNLS on lifted points: returns ('w', weights) or ('q', query) or (None, None)."""
+def _walk_undecided(v: _Verdicts, Kc, same, tol, steps: int) -> None:
+    """Step 2: the walk for every undecided key, in chunks of about 4e6 numbers."""
+    if steps <= 0:
+        return
+    todo_b, todo_i = np.nonzero(~v.sel)
+    S, n, d = Kc.shape
+    per_chunk = max(1, 4_000_000 // (n * d))
+    for c0 in range(0, len(todo_b), per_chunk):
+        idx = (todo_b[c0:c0 + per_chunk], todo_i[c0:c0 + per_chunk])
+        ok, X = _walk(Kc, same, tol, idx, _unit(Kc[idx]), steps)
+        v.selectable((idx[0][ok], idx[1][ok]), _unit(X[ok]), Method.WALK)
+
+
+def _nnls_certificate(Kc_b, same_bi, i, s, tol):
+    """Step 3 for key i of one set (Kc_b (n, d)): NNLS on the lifted points (k_j, 1).
+
+    Returns ("weights", w (n,)) when the convex weights reproduce k_i to tol,
+    ("query", q (d,)) when the residual's key part is a unit query under which k_i wins
+    by more than tol, and None when NNLS fails or neither certificate passes.
+    """
     others = np.flatnonzero(~same_bi)
     A = np.vstack([Kc_b[others].T / s, np.ones(len(others))])  # (d + 1, m)
     rhs = np.append(Kc_b[i] / s, 1.0)
     try:
         lam, _ = nnls(A, rhs, maxiter=50 * A.shape[1])
     except RuntimeError:
-        return None, None
-    r = rhs - A @ lam
-    w = np.zeros(len(same_bi))
+        return None
     if lam.sum() > 0:
+        w = np.zeros(len(same_bi))
         w[others] = lam / lam.sum()
-    return w, r[:-1]
+        if np.abs(w @ Kc_b - Kc_b[i]).max() <= tol:
+            return "weights", w
+    q = _unit((rhs - A @ lam)[:-1])
+    if q @ Kc_b[i] - (Kc_b[others] @ q).max() > tol:
+        return "query", q
+    return None
 
 
-def _lp_one(Kc_b, same_bi, i, tol):
-    """HiGHS: hull membership (weights) first, then the largest-margin query."""
+def _lp_certificate(Kc_b, same_bi, i, tol):
+    """Step 4, HiGHS: hull membership (weights) first, then the largest-margin query.
+
+    Same returns as :func:`_nnls_certificate`.
+    """
     others = np.flatnonzero(~same_bi)
     m, d = len(others), Kc_b.shape[1]
     A_eq = np.vstack([Kc_b[others].T, np.ones(m)])
@@ -216,7 +270,6 @@ def _lp_one(Kc_b, same_bi, i, tol):
     opts = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10}
     res = linprog(np.zeros(m), A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method="highs",
                   options=opts)
-    w = np.zeros(len(same_bi))
     if res.status == 0:
         lam = np.clip(res.x, 0, None)
         # polish: HiGHS is feasible to ~1e-10; a vertex solution has at most d + 1
@@ -226,9 +279,10 @@ def _lp_one(Kc_b, same_bi, i, tol):
         if (exact >= 0).all():
             lam = np.zeros(m)
             lam[support] = exact
+        w = np.zeros(len(same_bi))
         w[others] = lam / lam.sum()
         if np.abs(w @ Kc_b - Kc_b[i]).max() <= tol:
-            return "w", w
+            return "weights", w
     # maximise t subject to q.(k_j - k_i) + t <= 0 for every other j, -1 <= q <= 1
     c = np.zeros(d + 1)
     c[-1] = -1.0
@@ -236,74 +290,49 @@ def _lp_one(Kc_b, same_bi, i, tol):
     res = linprog(c, A_ub=A_ub, b_ub=np.zeros(m), bounds=[(-1, 1)] * d + [(None, 1)],
                   method="highs", options=opts)
     if res.status == 0 and res.x[-1] > 0:
-        return "q", res.x[:d]
-    return None, w
+        return "query", _unit(res.x[:d])
+    return None
+
+
+def _decide_exactly(v: _Verdicts, Kc, same, tol, s, b: int, i: int) -> None:
+    """Steps 3 and 4 for key i of set b; raise if neither certifies it."""
+    for method, found in ((Method.NNLS, lambda: _nnls_certificate(Kc[b], same[b, i], i,
+                                                                   s[b], tol[b])),
+                          (Method.LP, lambda: _lp_certificate(Kc[b], same[b, i], i, tol[b]))):
+        cert = found()
+        if cert is not None:
+            kind, value = cert
+            if kind == "weights":
+                v.unselectable((b, i), value, method)
+            else:
+                v.selectable((b, i), value, method)
+            return
+    raise RuntimeError(f"key {i} of set {b} lies within the tolerance of the hull of the "
+                       "others but no convex weights reproduce it to tol; rescale the keys "
+                       "or raise rtol")
 
 
 def selectability_batch(keys, *, rtol: float = 1e-12, walk_steps: int = 20) -> Selectability:
-    """Selectability of every key in a batch of key sets. keys: (B, n, d) -> per-set results.
+    """Selectability of every key in a batch of key sets. keys: (S, n, d) -> per-set results.
 
     See the module docstring for the method, the certificates and the tolerance.
     """
     K = _as_keys(keys, 3)
     if not (0 < rtol < 1e-2):
         raise ValueError(f"rtol must be in (0, 0.01), got {rtol}")
-    B, n, d = K.shape
-    Kc = K - K.mean(axis=1, keepdims=True)             # (B, n, d), translation-free
-    s = np.abs(Kc).max(axis=(1, 2))                    # (B,)
+    S, n, d = K.shape
+    Kc = K - K.mean(axis=1, keepdims=True)             # (S, n, d), translation-free
+    s = np.abs(Kc).max(axis=(1, 2))                    # (S,)
     tol = rtol * s
-    same = _identical(Kc, tol)                        # (B, n, n)
-    sel = np.zeros((B, n), dtype=bool)
-    Q = np.full((B, n, d), np.nan)
-    W = np.full((B, n, n), np.nan)
-    how = np.full((B, n), -1, dtype=np.int8)
-    # a set whose keys are all identical: one point, a vertex; any query "wins"
-    single = same.all(axis=(1, 2))
-    if single.any():
-        sel[single], how[single] = True, 0
-        Q[single] = np.eye(1, d)[0]
+    same = _identical(Kc, tol)                         # (S, n, n)
+    v = _Verdicts(S, n, d)
+    _own_direction(v, K, Kc, same, tol)
+    _walk_undecided(v, Kc, same, tol, walk_steps)
     s_safe = np.where(s > 0, s, 1.0)
-
-    # step 1: own direction, raw and centred
-    for cand in (K, Kc):
-        Qc = _unit(cand)
-        ok = (_margins(Kc, Qc, same) > tol[:, None]) & ~sel & ~single[:, None]
-        Q[ok], sel[ok], how[ok] = Qc[ok], True, 0
-
-    # step 2: braid-reflect walk
-    todo_b, todo_i = np.nonzero(~sel)
-    per_chunk = max(1, 4_000_000 // (n * d))          # keys walked together
-    for c0 in range(0, len(todo_b) if walk_steps > 0 else 0, per_chunk):
-        idx = (todo_b[c0:c0 + per_chunk], todo_i[c0:c0 + per_chunk])
-        ok, X = _walk(Kc, same, tol, idx, _unit(Kc[idx]), walk_steps)
-        b, i = idx[0][ok], idx[1][ok]
-        Q[b, i], sel[b, i], how[b, i] = _unit(X[ok]), True, 1
-
-    # steps 3 and 4: NNLS, then HiGHS, one key at a time
-    for b, i in zip(*np.nonzero(~sel)):
-        decided = False
-        w, rx = _nnls_one(Kc[b], same[b, i], i, s_safe[b])
-        if w is not None:
-            if np.abs(w @ Kc[b] - Kc[b, i]).max() <= tol[b] and abs(w.sum() - 1) < 1e-9:
-                W[b, i], how[b, i], decided = w, 2, True
-            else:
-                q = _unit(rx[None, None])[0, 0]
-                if _margins(Kc[b:b + 1], np.broadcast_to(q, (1, n, d)).copy(),
-                            same[b:b + 1])[0, i] > tol[b]:
-                    Q[b, i], sel[b, i], how[b, i], decided = q, True, 2, True
-        if not decided:
-            kind, cert = _lp_one(Kc[b], same[b, i], i, tol[b])
-            if kind == "w":
-                W[b, i], how[b, i] = cert, 3
-            elif kind == "q":
-                Q[b, i], sel[b, i], how[b, i] = _unit(cert), True, 3
-            else:
-                raise RuntimeError(
-                    f"key {i} of set {b} lies within the tolerance of the hull of the "
-                    "others but no convex weights reproduce it to tol; rescale the keys "
-                    "or raise rtol")
-    _verify(Kc, same, tol, sel, Q, W)
-    return Selectability(sel, Q, W, how, tol)
+    for b, i in zip(*np.nonzero(~v.sel)):
+        _decide_exactly(v, Kc, same, tol, s_safe, b, i)
+    _verify(Kc, same, tol, v.sel, v.Q, v.W)
+    return Selectability(v.sel, v.Q, v.W, v.how, tol)
 
 
 def selectability(keys, *, rtol: float = 1e-12, walk_steps: int = 20) -> Selectability:
@@ -315,96 +344,3 @@ def selectability(keys, *, rtol: float = 1e-12, walk_steps: int = 20) -> Selecta
     """
     K = _as_keys(keys, 2)
     return selectability_batch(K[None], rtol=rtol, walk_steps=walk_steps)[0]
-
-
-def selectability_lp_baseline(keys) -> np.ndarray:
-    """The straightforward exact method: one LP per key (Grivas et al. 2022), via HiGHS.
-
-    For key i maximise the radius r of a ball of queries x in a box for which i wins:
-    (k_j - k_i) . x + ||k_j - k_i|| r <= 0 for every j != i, -1 <= x <= 1, 0 <= r <= 1.
-    Key i is selectable iff r > 0 (here r > 1e-12 times the keys' scale). keys: (n, d) -> bool (n,).
-    Identical keys are dropped from each other's constraints, as in :func:`selectability`.
-    """
-    K = _as_keys(keys, 2)
-    K = K - K.mean(axis=0)
-    n, d = K.shape
-    s = max(np.abs(K).max(), 1e-300)
-    out = np.zeros(n, dtype=bool)
-    c = np.zeros(d + 1)
-    c[-1] = -1.0
-    for i in range(n):
-        diff = K - K[i]                                  # (n, d)
-        keep = np.abs(diff).max(axis=1) > 1e-12 * s
-        if not keep.any():
-            out[i] = True
-            continue
-        diff = diff[keep]
-        A = np.hstack([diff, np.linalg.norm(diff, axis=1, keepdims=True)])
-        res = linprog(c, A_ub=A, b_ub=np.zeros(len(diff)),
-                      bounds=[(-1, 1)] * d + [(0, 1)], method="highs")
-        out[i] = res.status == 0 and res.x[-1] > 1e-12 * s
-    return out
-
-
-# ---------------------------------------------------------------- Figure 1c/1d helpers
-def random_key_sets(n: int, d: int, runs: int, seed: int = 123,
-                    layer_norm: bool = False) -> np.ndarray:
-    """``runs`` sets of n keys ~ N(0, I_d), optionally after LayerNorm (no affine, eps 0).
-
-    Returns (runs, n, d) float64. The seed is mixed with (n, d) so each cell of a grid
-    has its own stream and any cell can be recomputed alone.
-    """
-    if n < 2 or d < 2 or runs < 1:
-        raise ValueError(f"need n >= 2, d >= 2 and runs >= 1, got n={n}, d={d}, runs={runs}")
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + 1009 * d + n)
-    x = torch.randn(runs, n, d, generator=gen, dtype=torch.float64)
-    if layer_norm:
-        from .layernorm import layer_norm as ln
-        x = ln(x)
-    return x.numpy()
-
-
-def unselectable_grid(ns, ds, runs: int = 100, seed: int = 123, layer_norm: bool = False,
-                      progress: bool = True) -> dict:
-    """Figure 1c/1d: for every (d, n), the mean fraction of unselectable keys and the
-    probability that at least one key is unselectable, over ``runs`` random sets.
-
-    Returns a dict with ``ns``, ``ds``, ``mean_fraction`` and ``prob_any`` (len(ds),
-    len(ns)) arrays, and ``seconds`` (wall time).
-    """
-    from .progress import progress as bar
-    ns, ds = [int(v) for v in ns], [int(v) for v in ds]
-    mean = np.zeros((len(ds), len(ns)))
-    prob = np.zeros((len(ds), len(ns)))
-    start = time.perf_counter()
-    cells = [(a, b) for a in range(len(ds)) for b in range(len(ns))]
-    for a, b in bar(cells, desc="grid" + (" (LN)" if layer_norm else ""),
-                    disable=not progress):
-        keys = random_key_sets(ns[b], ds[a], runs, seed, layer_norm)
-        frac = selectability_batch(keys).unselectable_fraction
-        mean[a, b], prob[a, b] = frac.mean(), (frac > 0).mean()
-    return {"ns": ns, "ds": ds, "mean_fraction": mean, "prob_any": prob,
-            "seconds": time.perf_counter() - start}
-
-
-# ----------------------------------------------------- keys inside a causal attention
-def prefix_unselectable_fraction(keys, positions=None) -> float:
-    """Fraction of (query position t, key position s <= t) pairs where key s cannot win.
-
-    keys: (S, T, d), S independent sequences (or heads) of T keys each. For query t the
-    candidates are keys 0..t (the causal prefix). ``positions``: the query positions to
-    use (default: every t >= 1; t = 0 sees a single key, which always wins).
-    """
-    K = _as_keys(keys, 3)
-    S, T, d = K.shape
-    positions = range(1, T) if positions is None else positions
-    unsel = total = 0
-    for t in positions:
-        if not 1 <= t < T:
-            raise ValueError(f"query positions must be in [1, {T - 1}], got {t}")
-        res = selectability_batch(K[:, : t + 1])
-        unsel += int((~res.selectable).sum())
-        total += res.selectable.size
-    if total == 0:
-        raise ValueError("no query positions given")
-    return unsel / total

