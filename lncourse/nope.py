@@ -1,61 +1,107 @@
-"""Positions without positional embeddings: the variance of causal attention (chapter 4).
+"""Positions without positional embeddings: measuring the variance of causal attention
+(chapter 4).
 
 Chi et al. (2023): in a randomly initialised pre-LN causal transformer without
 positional embeddings, the first layer's attention output at position m averages about
-m value vectors, so its variance shrinks like d^2 sigma^4 / m. This module measures that
-variance (batched and chunked over samples, so long sequences fit in memory), gives the
-paper's theory and our correction for the softmax not being exactly uniform, and trains
-the position probe of the paper's Figure 2.
+m value vectors, so its variance shrinks like d^2 sigma^4 / m. This module builds that
+random layer and measures it across many random input sequences (batched and chunked
+over samples, so long sequences fit in memory). The lemmas' formulas are in
+:mod:`lncourse.nope_lemmas`, the position probe in :mod:`lncourse.nope_probe`, the
+trained NoPE language model in :mod:`lncourse.nope_lm`.
 
-Dimension names: N samples, T (= L) positions, d ``d_model``, H heads, dh = d / H.
+Dimension names (the package's): N samples (sequences), T positions (the paper's L),
+d ``d_model``, H heads, dh = d / H. Positions m count from 1.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .device import default_device
 from .progress import progress as progress_bar
+from .rng import check_seed, generator, seeded
 from .transformer import GPT, TransformerConfig
 
 __all__ = [
-    "random_nope_model", "sample_inputs", "first_layer_weights",
-    "first_layer", "attention_output_variance", "theory_variance", "logit_variance_theory",
-    "softmax_energy", "corrected_variance", "loglog_slope", "layer_statistics",
-    "lemma4_variance", "final_ln_variance", "probe_positions", "trained_lm_variance",
+    "VarianceConfig", "random_nope_model", "sample_inputs", "first_layer_weights",
+    "weights_from_block", "first_layer", "layer_statistics", "attention_output_variance",
+    "final_ln_variance",
 ]
 
 
-def _check_sizes(d_model: int, n_heads: int, seq_len: int, sigma: float) -> None:
+def check_sizes(d_model: int, n_heads: int, seq_len: int, sigma: float) -> None:
+    """Raise ``ValueError`` naming the first size that cannot describe a NoPE layer."""
     for name, value in (("d_model", d_model), ("n_heads", n_heads), ("seq_len", seq_len)):
-        if not isinstance(value, (int, np.integer)) or value < 1:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if d_model < 2:
         raise ValueError("d_model must be at least 2 (LayerNorm needs two entries)")
     if d_model % n_heads:
         raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-    if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) \
+            or not math.isfinite(sigma) or sigma <= 0:
         raise ValueError(f"sigma must be a positive number, got {sigma!r}")
+
+
+def _check_eps(eps: float) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not math.isfinite(eps) \
+            or eps < 0:
+        raise ValueError(f"eps must be a finite number >= 0 (LayerNorm adds it to a "
+                         f"variance), got {eps!r}")
+
+
+@dataclass(frozen=True)
+class VarianceConfig:
+    """The random first layer of Chi et al. and how many samples measure it."""
+
+    d_model: int = 768
+    n_heads: int = 12
+    seq_len: int = 512          # the paper's L
+    n_samples: int = 500        # random input sequences (the variance is across them)
+    sigma: float = 0.02         # weights and inputs ~ N(0, sigma^2), GPT initialisation
+    seed: int = 0
+
+    def __post_init__(self):
+        check_sizes(self.d_model, self.n_heads, self.seq_len, self.sigma)
+        if isinstance(self.n_samples, bool) or not isinstance(self.n_samples, int) \
+                or self.n_samples < 2:
+            raise ValueError(f"n_samples must be an integer >= 2, got {self.n_samples!r}")
+        check_seed(self.seed, offset=1)
+
+    @classmethod
+    def paper(cls) -> "VarianceConfig":
+        """The paper's sizes: d = 768, H = 12, L = 512, 500 samples."""
+        return cls()
+
+    @classmethod
+    def quick(cls) -> "VarianceConfig":
+        """The paper's d, H and sigma (so its logits and variances), shorter sequences and
+        fewer samples: L = 128, 150 samples."""
+        return cls(seq_len=128, n_samples=150)
 
 
 def random_nope_model(d_model: int = 768, n_heads: int = 12, n_layers: int = 1,
                       seq_len: int = 512, sigma: float = 0.02, causal: bool = True,
-                      seed: int = 0, device: torch.device | str | None = None) -> GPT:
+                      seed: int = 0, device: torch.device | str = "cpu") -> GPT:
     """A frozen random pre-LN transformer without positional embeddings (weights N(0, σ²)).
 
-    Read its intermediates with ``model.forward_embeddings(x, return_cache=True)``.
+    Read its intermediates with ``model.forward_embeddings(x, return_cache=True)``. The
+    weights come from ``seed`` (the caller's random state is left alone); block k is the
+    same whatever ``n_layers`` (blocks are initialised in order).
     """
-    _check_sizes(d_model, n_heads, seq_len, sigma)
+    check_sizes(d_model, n_heads, seq_len, sigma)
     cfg = TransformerConfig(vocab_size=2, d_model=d_model, n_heads=n_heads,
                             n_layers=n_layers, block_size=seq_len, pos_emb=False,
                             causal=causal, init_std=sigma)
-    torch.manual_seed(seed)
-    model = GPT(cfg).to(device or default_device()).eval()
+    with seeded(seed):
+        model = GPT(cfg)
+    model = model.to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model
@@ -63,7 +109,7 @@ def random_nope_model(d_model: int = 768, n_heads: int = 12, n_layers: int = 1,
 
 def sample_inputs(n: int, seq_len: int, d_model: int, sigma: float,
                   generator: torch.Generator, device: torch.device | str = "cpu") -> Tensor:
-    """Random input embeddings, every entry N(0, σ²): (n, T, d)."""
+    """Random input embeddings, every entry N(0, σ²): (N, T, d)."""
     x = torch.randn(n, seq_len, d_model, generator=generator)
     return (x * sigma).to(device)
 
@@ -71,7 +117,7 @@ def sample_inputs(n: int, seq_len: int, d_model: int, sigma: float,
 def first_layer_weights(d_model: int = 768, sigma: float = 0.02, seed: int = 0,
                         device: torch.device | str = "cpu") -> dict[str, Tensor]:
     """W_Q, W_K, W_V, W_O (each (d, d), acting as x @ W), entries N(0, σ²), from a seed."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = generator(seed)
     return {name: (torch.randn(d_model, d_model, generator=gen) * sigma).to(device)
             for name in ("W_Q", "W_K", "W_V", "W_O")}
 
@@ -89,7 +135,10 @@ def first_layer(x: Tensor, weights: dict[str, Tensor], n_heads: int, causal: boo
     x: (N, T, d). Returns ``ln1`` (N,T,d), ``q``, ``k``, ``v`` (N,H,T,dh), ``attn_scores``
     (N,H,T,T, divided by sqrt(dh), masked with -inf), ``attn_weights``, ``z`` (N,H,T,dh),
     ``attn_out`` = o (N,T,d), ``resid`` = x + o and ``ln_final`` = LN(x + o).
+    Written out here so that every step of the chapter's derivation is visible; a test
+    checks it against the same layer inside ``lncourse.transformer.GPT``.
     """
+    _check_eps(eps)
     if x.dim() != 3:
         raise ValueError(f"x must have shape (N, T, d), got {tuple(x.shape)}")
     N, T, d = x.shape
@@ -145,7 +194,7 @@ def _chunks(n_samples: int, seq_len: int, d_model: int, n_heads: int,
 @torch.no_grad()
 def layer_statistics(d_model: int = 768, n_heads: int = 12, seq_len: int = 512,
                      sigma: float = 0.02, n_samples: int = 500, causal: bool = True,
-                     seed: int = 0, device: torch.device | str | None = None,
+                     seed: int = 0, device: torch.device | str = "cpu",
                      eps: float = 1e-5, progress: bool = False) -> dict[str, Tensor]:
     """Across-sample statistics of one random first layer (frozen weights, fresh inputs).
 
@@ -154,14 +203,17 @@ def layer_statistics(d_model: int = 768, n_heads: int = 12, seq_len: int = 512,
     ``resid_var`` (T, d); ``mean_weights`` (T, T): attention weights averaged over samples
     and heads; ``score_var`` (T,): the variance of the scaled logits l_mn / sqrt(dh) over
     samples, heads and n <= m; ``qkv_var`` (3,): the mean per-entry variance of q, k, v;
-    and ``weights`` (the W_Q, W_K, W_V, W_O used). Chunked over samples.
+    and ``weights`` (the W_Q, W_K, W_V, W_O used). Chunked over samples; runs on
+    ``device`` (the caller's choice).
     """
-    _check_sizes(d_model, n_heads, seq_len, sigma)
-    if not isinstance(n_samples, int) or n_samples < 2:
+    check_sizes(d_model, n_heads, seq_len, sigma)
+    _check_eps(eps)
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 2:
         raise ValueError(f"n_samples must be an integer >= 2, got {n_samples!r}")
-    device = torch.device(device) if device is not None else default_device()
+    check_seed(seed, offset=1)
+    device = torch.device(device)
     weights = first_layer_weights(d_model, sigma, seed, device)
-    gen = torch.Generator().manual_seed(seed + 1)
+    gen = generator(seed + 1)
     T = seq_len
     o_m, ln_m, r_m = _Moments(), _Moments(), _Moments()
     attn_sum = torch.zeros(T, T, dtype=torch.float64)
@@ -196,8 +248,7 @@ def layer_statistics(d_model: int = 768, n_heads: int = 12, seq_len: int = 512,
 
 def attention_output_variance(d_model: int = 768, n_heads: int = 12, seq_len: int = 512,
                               sigma: float = 0.02, n_samples: int = 500, causal: bool = True,
-                              seed: int = 0, device: torch.device | str | None = None
-                              ) -> Tensor:
+                              seed: int = 0, device: torch.device | str = "cpu") -> Tensor:
     """Variance of the first layer's attention output o_m at each position: (T,).
 
     One random layer (weights N(0, σ²), fixed by ``seed``), ``n_samples`` random input
@@ -209,197 +260,13 @@ def attention_output_variance(d_model: int = 768, n_heads: int = 12, seq_len: in
     return stats["attn_out_var"].mean(-1).float()
 
 
-def theory_variance(d_model: int, sigma: float, seq_len: int, causal: bool = True) -> Tensor:
-    """Lemma 3: d²σ⁴/m at positions m = 1..L (d²σ⁴/L everywhere if bidirectional). (T,)."""
-    _check_sizes(d_model, 1, seq_len, sigma)
-    m = torch.arange(1, seq_len + 1, dtype=torch.float64)
-    if not causal:
-        m = torch.full_like(m, float(seq_len))
-    return (d_model ** 2 * sigma ** 4 / m).float()
-
-
-def logit_variance_theory(d_model: int, n_heads: int, sigma: float) -> dict[str, float]:
-    """Variance of a scaled logit l_mn / sqrt(dh): the paper's Lemma 2 and the direct count.
-
-    q and k have per-entry variance dσ² (Lemma 1), so <q, k> over dh entries has variance
-    dh (dσ²)² and the scaled logit (dσ²)² = d²σ⁴. The paper's Lemma 2 states d²σ⁴/H.
-    """
-    _check_sizes(d_model, n_heads, 1, sigma)
-    return {"paper": d_model ** 2 * sigma ** 4 / n_heads, "direct": d_model ** 2 * sigma ** 4}
-
-
-def softmax_energy(tau2: float, seq_len: int, n_draws: int = 4000, causal: bool = True,
-                   seed: int = 0) -> Tensor:
-    """m · E[Σ_n a_n²] at each m for a softmax of m i.i.d. N(0, τ²) logits: (T,).
-
-    Uniform weights give exactly 1; Gaussian logits give more: m / (effective number of
-    tokens attended). The limit for large m is exp(τ²). Monte Carlo over ``n_draws``.
-    """
-    if not (math.isfinite(tau2) and tau2 >= 0):
-        raise ValueError(f"tau2 must be a non-negative number, got {tau2!r}")
-    gen = torch.Generator().manual_seed(seed)
-    s = torch.randn(n_draws, seq_len, generator=gen, dtype=torch.float64)
-    s = s * math.sqrt(tau2)
-    w = torch.exp(s - s.max())
-    if causal:
-        s1, s2 = w.cumsum(-1), (w * w).cumsum(-1)
-        m = torch.arange(1, seq_len + 1, dtype=torch.float64)
-        return (m * (s2 / s1 ** 2).mean(0)).float()
-    e = (w * w).sum(-1) / w.sum(-1) ** 2
-    return torch.full((seq_len,), float(seq_len * e.mean()))
-
-
-def corrected_variance(d_model: int, sigma: float, seq_len: int, n_heads: int | None = None,
-                       causal: bool = True, eps: float = 1e-5, tau2: float | None = None
-                       ) -> Tensor:
-    """Lemma 3 with the softmax's non-uniformity: d²σ⁴/m · m E[Σ a²] · σ²/(σ² + eps), (T,).
-
-    τ² (the per-query variance of the scaled logits) defaults to d²σ⁴ (the direct count
-    of :func:`logit_variance_theory`) times the LN gain squared. The last factor is the
-    LayerNorm's epsilon, which
-    makes the LN output slightly smaller than unit variance when σ² is small.
-    """
-    gain = sigma ** 2 / (sigma ** 2 + eps)
-    if tau2 is None:  # q and k each carry the LN gain, so the logits carry it squared
-        tau2 = logit_variance_theory(d_model, n_heads or 1, sigma)["direct"] * gain ** 2
-    return theory_variance(d_model, sigma, seq_len, causal) * softmax_energy(
-        tau2, seq_len, causal=causal) * gain
-
-
-def loglog_slope(variance: Tensor | np.ndarray, m_min: int = 10, m_max: int | None = None
-                 ) -> float:
-    """Least-squares slope of log(variance) against log(m) over m_min <= m <= m_max."""
-    v = torch.as_tensor(variance, dtype=torch.float64).flatten()
-    m = torch.arange(1, v.numel() + 1, dtype=torch.float64)
-    keep = (m >= m_min) & (m <= (m_max or v.numel()))
-    if keep.sum() < 2:
-        raise ValueError(f"need at least two positions in [{m_min}, {m_max or v.numel()}]")
-    if (v[keep] <= 0).any() or not torch.isfinite(v[keep]).all():
-        raise ValueError("variances must be positive and finite to fit a log-log slope")
-    lx, ly = m[keep].log(), v[keep].log()
-    lx = lx - lx.mean()
-    return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
-
-
-def lemma4_variance(weights: dict[str, Tensor], sigma: float, seq_len: int,
-                    softmax_factor: Tensor | None = None) -> Tensor:
-    """Lemma 4: per-dimension variance of LN(x + o) at each position, (T, d).
-
-    (mσ² + c_j) / (mσ² + Σ_j c_j / d) with c_j = Σ_i ((W_V W_O)_{ij})² in the x @ W
-    convention (the paper's Σ_i (W_o,j: W_v,:i)²). With ``softmax_factor`` (T,) the o
-    variance c_j/m is multiplied by it (our correction).
-    """
-    WVO = weights["W_V"].double() @ weights["W_O"].double()  # (d, d)
-    c = WVO.pow(2).sum(0)  # (d,)
-    m = torch.arange(1, seq_len + 1, dtype=torch.float64)[:, None]
-    f = 1.0 if softmax_factor is None else softmax_factor.double()[:, None]
-    num = sigma ** 2 + f * c / m
-    return (num / num.mean(-1, keepdim=True)).float()
-
-
 def final_ln_variance(stats: dict[str, Tensor]) -> dict[str, Tensor]:
     """Summaries of ``layer_statistics`` for the final LayerNorm: (T,) each.
 
     ``resid`` mean variance of x + o; ``ln_mean`` mean variance after the LN (about 1: the
     LN erases the overall shrinkage); ``ln_spread`` the standard deviation over dimensions
-    of the per-dimension variance after the LN (it shrinks with m: the signal survives).
+    of the per-dimension variance after the LN (Lemma 4's signal plus sampling noise).
     """
     ln = stats["ln_final_var"]
     return {"resid": stats["resid_var"].mean(-1).float(), "ln_mean": ln.mean(-1).float(),
             "ln_spread": ln.std(-1).float()}
-
-
-class _Probes(nn.Module):
-    """One two-layer ReLU probe per layer, trained side by side: (K, N, d) -> (K, N, out)."""
-
-    def __init__(self, n_probes: int, d_model: int, hidden: int, n_classes: int):
-        super().__init__()
-        self.W1 = nn.Parameter(torch.randn(n_probes, d_model, hidden) / math.sqrt(d_model))
-        self.b1 = nn.Parameter(torch.zeros(n_probes, 1, hidden))
-        self.W2 = nn.Parameter(torch.zeros(n_probes, hidden, n_classes))
-        self.b2 = nn.Parameter(torch.full((n_probes, 1, n_classes), 0.5))
-
-    def forward(self, h: Tensor) -> Tensor:
-        return torch.relu(h @ self.W1 + self.b1) @ self.W2 + self.b2
-
-
-def probe_positions(d_model: int = 768, n_heads: int = 12, n_layers: int = 12,
-                    seq_len: int = 512, sigma: float = 0.02, causal: bool = True,
-                    steps: int = 5000, batch_size: int = 32, lr: float = 1e-3,
-                    hidden: int = 256, eval_batches: int = 4, seed: int = 0,
-                    device: torch.device | str | None = None, progress: bool = True
-                    ) -> dict[str, list]:
-    """The position probe of Chi et al. (Figure 2) on a frozen random NoPE transformer.
-
-    For each k = 0..n_layers the representation after k blocks (and the final LayerNorm,
-    as the classifier would read it) feeds a two-layer ReLU probe that predicts the
-    position m / T, trained with Adam on the absolute error (the quantity reported; the
-    paper's appendix describes a classifier). Inputs are fresh random vectors every step,
-    so nothing can be memorised. Returns ``layers`` and ``mae`` (mean absolute error
-    of the predicted position on held-out batches) and ``baseline`` (always guess the
-    middle: about T/4).
-    """
-    _check_sizes(d_model, n_heads, seq_len, sigma)
-    if n_layers < 0 or steps < 1:
-        raise ValueError("n_layers must be >= 0 and steps >= 1")
-    device = torch.device(device) if device is not None else default_device()
-    model = random_nope_model(d_model, n_heads, max(n_layers, 1), seq_len, sigma, causal,
-                              seed, device)
-    torch.manual_seed(seed + 7)
-    probes = _Probes(n_layers + 1, d_model, hidden, 1).to(device)
-    opt = torch.optim.Adam(probes.parameters(), lr=lr)
-    gen = torch.Generator().manual_seed(seed + 1)
-    target = torch.arange(seq_len, device=device)
-
-    @torch.no_grad()
-    def features(x: Tensor) -> Tensor:  # (K, N*T, d)
-        h = [model.ln_final(x)]
-        for block in model.blocks[:n_layers]:
-            x = block(x)
-            h.append(model.ln_final(x))
-        return torch.stack(h).flatten(1, 2)
-
-    for _ in progress_bar(range(steps), desc="probe", disable=not progress):
-        h = features(sample_inputs(batch_size, seq_len, d_model, sigma, gen, device))
-        pred = probes(h)[..., 0]  # (K, N*T), position / T
-        loss = (pred - target.repeat(batch_size) / seq_len).abs().mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    errors = torch.zeros(n_layers + 1, dtype=torch.float64)
-    with torch.no_grad():
-        for _ in range(eval_batches):
-            h = features(sample_inputs(batch_size, seq_len, d_model, sigma, gen, device))
-            pred = (probes(h)[..., 0] * seq_len).round().clamp(0, seq_len - 1)  # (K, N*T)
-            errors += (pred - target.repeat(batch_size)).abs().double().mean(-1).cpu()
-    mae = (errors / eval_batches).tolist()
-    middle = (seq_len - 1) / 2
-    baseline = float((torch.arange(seq_len, dtype=torch.float64) - middle).abs().mean())
-    return {"layers": list(range(n_layers + 1)), "mae": mae, "baseline": baseline}
-
-
-@torch.no_grad()
-def trained_lm_variance(model: GPT, ids: Tensor, *, n_windows: int, block_size: int,
-                        layer: int = 0, seed: int = 0, batch_size: int = 64) -> Tensor:
-    """Variance of layer ``layer``'s attention output in a language model: (T,).
-
-    Windows of real text replace the random inputs; the variance is across windows, per
-    dimension, averaged over dimensions (as in :func:`attention_output_variance`).
-    """
-    from .text import sample_batch
-    if n_windows < 2:
-        raise ValueError("n_windows must be at least 2")
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    gen = torch.Generator().manual_seed(seed)
-    mom = _Moments()
-    done = 0
-    while done < n_windows:
-        n = min(batch_size, n_windows - done)
-        x, _ = sample_batch(ids, n, block_size, gen, device)
-        _, _, cache = model(x, return_cache=True)
-        mom.add(cache[f"blocks.{layer}.attn_out"].cpu())
-        done += n
-    model.train(was_training)
-    return mom.variance().mean(-1).float()

@@ -7,9 +7,10 @@ from scipy.spatial import ConvexHull
 
 import lncourse.selectability as sl
 from lncourse.layernorm import layer_norm
-from lncourse.selectability import (prefix_unselectable_fraction, random_key_sets,
-                                    selectability, selectability_batch,
-                                    selectability_lp_baseline, unselectable_grid)
+from lncourse.selectability import Method, selectability, selectability_batch
+from lncourse.selectability_experiments import (PAPER_FIG1C_PROB_ANY, GridConfig,
+                                                prefix_unselectable_fraction, random_key_sets,
+                                                selectability_lp_baseline, unselectable_grid)
 
 
 def hull_vertices(K: np.ndarray) -> np.ndarray:
@@ -67,14 +68,23 @@ def test_lp_fallback_alone_is_exact(monkeypatch):
         res = selectability(K, walk_steps=0)
         np.testing.assert_array_equal(res.selectable, hull_vertices(K))
         assert_certificates(K, res)
-        assert (res.decided_by[~res.selectable] == sl.METHODS.index("lp")).all()
+        assert (res.decided_by[~res.selectable] == Method.LP).all()
+        assert res.method_counts()["nnls"] == 0
 
 
-def test_nnls_alone_is_exact():
+def test_nnls_alone_is_exact(monkeypatch):
+    """Disable HiGHS: NNLS must decide every key the cheap steps leave, identically."""
+    def broken_linprog(*args, **kwargs):
+        raise AssertionError("the LP was called")
+    monkeypatch.setattr(sl, "linprog", broken_linprog)
     rng = np.random.default_rng(8)
     K = rng.normal(size=(30, 4))
     res = selectability(K, walk_steps=0)
     np.testing.assert_array_equal(res.selectable, hull_vertices(K))
+    assert_certificates(K, res)
+    counts = res.method_counts()
+    assert counts["nnls"] > 0 and counts["walk"] == 0 and counts["lp"] == 0
+    assert sum(counts.values()) == len(K)
 
 
 def test_batch_equals_one_set_at_a_time():
@@ -171,11 +181,12 @@ def test_prefix_fraction_by_hand():
 
 def test_grid_matches_paper_reference_points():
     """The released code's P(at least one unselectable) at two cells (100 runs each)."""
-    g = unselectable_grid([10], [3, 4], runs=100, progress=False)
+    g = unselectable_grid(GridConfig(ns=(10,), ds=(3, 4), runs=100), progress=False)
     for a, d in enumerate([3, 4]):
-        assert abs(g["prob_any"][a, 0] - sl.PAPER_FIG1C_PROB_ANY[(d, 10)]) < 0.12
+        assert abs(g["prob_any"][a, 0] - PAPER_FIG1C_PROB_ANY[(d, 10)]) < 0.12
     assert g["mean_fraction"][0, 0] < g["prob_any"][0, 0]
-    ln = unselectable_grid([10], [3], runs=20, layer_norm=True, progress=False)
+    ln = unselectable_grid(GridConfig(ns=(10,), ds=(3,), runs=20), layer_norm=True,
+                           progress=False)
     assert ln["prob_any"].max() == 0.0
 
 
@@ -191,7 +202,7 @@ def test_plotting_functions_return_figures():
     assert sel[np.argmax(K @ np.array([np.cos(1.0), np.sin(1.0)]))]
     with pytest.raises(ValueError, match=r"\(n, 2\)"):
         ps.keys_hull_2d(np.zeros((4, 3)), np.ones(4, dtype=bool))
-    g = unselectable_grid([5, 10], [3, 4], runs=5, progress=False)
+    g = unselectable_grid(GridConfig(ns=(5, 10), ds=(3, 4), runs=5), progress=False)
     assert isinstance(ps.unselectable_heatmaps(g["ns"], g["ds"], {"a": g["prob_any"]},
                                                reference={(3, 10): 0.9}), Figure)
     assert isinstance(ps.fraction_vs_dimension([2, 3], {"n = 5": [0.5, 0.1]}, "y"), Figure)
