@@ -92,8 +92,7 @@ def random_nope_model(d_model: int = 768, n_heads: int = 12, n_layers: int = 1,
     """A frozen random pre-LN transformer without positional embeddings (weights N(0, σ²)).
 
     Read its intermediates with ``model.forward_embeddings(x, return_cache=True)``. The
-    weights come from ``seed`` (the caller's random state is left alone); block k is the
-    same whatever ``n_layers`` (blocks are initialised in order).
+    weights come from ``seed`` alone (the caller's random state is left alone).
     """
     check_sizes(d_model, n_heads, seq_len, sigma)
     cfg = TransformerConfig(vocab_size=2, d_model=d_model, n_heads=n_heads,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Reported"]
+__all__ = ["Reported", "format_table"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -25,3 +25,19 @@ class Reported(Mapping):
 
     def __len__(self) -> int:
         return len(self.values)
+
+
+def format_table(header: list[str], rows: list[list], widths: list[int] | None = None) -> str:
+    """A plain-text table: ours beside a paper's, one row per line, numbers formatted
+    ``{:.1f}`` (None prints as "-"). For printing in a chapter cell."""
+    def cell(v) -> str:
+        if v is None:
+            return "-"
+        return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+    text = [[cell(v) for v in row] for row in [header, *rows]]
+    widths = widths or [max(len(r[k]) for r in text) for k in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if k == 0 else c.rjust(w)
+                       for k, (c, w) in enumerate(zip(r, widths))) for r in text]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)

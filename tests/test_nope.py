@@ -1,5 +1,6 @@
-"""Tests for lncourse.nope (chapter 4)."""
+"""Tests for the NoPE modules of chapter 4: measurement, lemmas, probe, trained LM."""
 
+import dataclasses
 import math
 
 import matplotlib
@@ -8,10 +9,11 @@ import torch
 
 matplotlib.use("Agg")
 
-from lncourse import nope  # noqa: E402
+from lncourse import nope, nope_lemmas, nope_lm, nope_probe  # noqa: E402
 from lncourse.plotting import nope as nope_plots  # noqa: E402
+from lncourse.rng import SEED_LIMIT  # noqa: E402
 
-D, H, T, N = 256, 4, 128, 200
+D, H, T, N = 256, 4, 64, 120
 
 
 @pytest.fixture(scope="module")
@@ -19,48 +21,18 @@ def stats():
     return nope.layer_statistics(D, H, T, 0.02, N, causal=True, seed=0, device="cpu")
 
 
+# ------------------------------------------------------------------ measurement
 def test_lemma3_ratio_and_slope(stats):
     v = stats["attn_out_var"].mean(-1)
-    ratio = v / nope.theory_variance(D, 0.02, T)
+    ratio = v / nope_lemmas.theory_variance(D, 0.02, T)
     assert ((ratio - 1).abs() < 0.15).all(), ratio
-    assert abs(nope.loglog_slope(v, m_min=10) + 1) < 0.1
+    assert abs(nope_lemmas.loglog_slope(v, m_min=10) + 1) < 0.1
 
 
 def test_public_function_matches_statistics(stats):
     v = nope.attention_output_variance(D, H, T, 0.02, N, seed=0, device="cpu")
     assert v.shape == (T,)
     torch.testing.assert_close(v, stats["attn_out_var"].mean(-1).float())
-
-
-def test_correction_closes_the_gap():
-    # at paper-like d the softmax is visibly non-uniform (ratio ~ exp(d^2 sigma^4))
-    d, h, t = 512, 8, 128
-    st = nope.layer_statistics(d, h, t, 0.02, 120, seed=1, device="cpu")
-    v = st["attn_out_var"].mean(-1)
-    raw = v / nope.theory_variance(d, 0.02, t)
-    fixed = v / nope.corrected_variance(d, 0.02, t, h)
-    late = slice(32, None)
-    assert raw[late].mean() > 1.02          # the paper's Lemma 3 underestimates
-    assert abs(fixed[late].mean() - 1) < abs(raw[late].mean() - 1) / 2
-
-
-def test_lemma1_and_direct_logit_variance(stats):
-    q, k, v = stats["qkv_var"]
-    for x in (q, k, v):
-        assert abs(float(x) / (D * 0.02 ** 2) - 1) < 0.08
-    tau2 = float(stats["score_var"][T // 2:].mean())
-    th = nope.logit_variance_theory(D, H, 0.02)
-    gain = 0.02 ** 2 / (0.02 ** 2 + 1e-5)
-    assert abs(tau2 / (th["direct"] * gain ** 2) - 1) < 0.1
-    assert th["paper"] == pytest.approx(th["direct"] / H)
-
-
-def test_bidirectional_is_flat():
-    v = nope.attention_output_variance(128, 4, 64, 0.02, 200, causal=False, seed=0,
-                                       device="cpu")
-    assert abs(nope.loglog_slope(v, m_min=1)) < 0.05
-    torch.testing.assert_close(nope.theory_variance(128, 0.02, 64, causal=False),
-                               torch.full((64,), 128 ** 2 * 0.02 ** 4 / 64))
 
 
 def test_first_layer_matches_gpt_block():
@@ -80,53 +52,248 @@ def test_chunking_does_not_change_the_result(monkeypatch):
     torch.testing.assert_close(a["mean_weights"], b["mean_weights"])
 
 
-def test_softmax_energy_limits():
-    e0 = nope.softmax_energy(0.0, 50)
-    torch.testing.assert_close(e0, torch.ones(50))
-    e = nope.softmax_energy(0.1, 400, n_draws=4000)
+def test_final_ln_variance_summaries(stats):
+    ln = nope.final_ln_variance(stats)
+    torch.testing.assert_close(ln["resid"], stats["resid_var"].mean(-1).float())
+    torch.testing.assert_close(ln["ln_mean"], torch.ones(T), atol=0.05, rtol=0)
+    torch.testing.assert_close(ln["ln_spread"], stats["ln_final_var"].std(-1).float())
+    assert (ln["resid"][:8] > ln["resid"][-8:].max()).all()      # x + o shrinks with m
+
+
+def test_library_leaves_the_global_rng_alone():
+    torch.manual_seed(42)
+    expected = torch.rand(3)
+    torch.manual_seed(42)
+    nope.random_nope_model(16, 2, 1, 8, 0.02, seed=5)
+    nope.layer_statistics(16, 2, 8, 0.02, 4, seed=5)
+    nope_probe.probe_positions(_tiny_probe(), seed=5)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_model_weights_do_not_depend_on_the_global_rng():
+    torch.manual_seed(1)
+    a = nope.random_nope_model(16, 2, 2, 8, 0.02, seed=5)
+    torch.manual_seed(2)
+    b = nope.random_nope_model(16, 2, 2, 8, 0.02, seed=5)
+    for k, v in a.state_dict().items():
+        torch.testing.assert_close(v, b.state_dict()[k], rtol=0, atol=0)
+
+
+def test_device_comes_from_the_argument(monkeypatch):
+    import lncourse.device as dev
+    monkeypatch.setattr(dev, "default_device", lambda: torch.device("meta"))
+    for module in (nope, nope_lemmas, nope_probe, nope_lm):
+        assert not hasattr(module, "default_device"), module.__name__
+    assert nope.random_nope_model(16, 2, 1, 8, 0.02).W_E.weight.device.type == "cpu"
+    assert nope.layer_statistics(16, 2, 8, 0.02, 4)["attn_out_var"].device.type == "cpu"
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(d_model=30, n_heads=4), "divisible"), (dict(sigma=-1.0), "sigma must be"),
+    (dict(seq_len=0), "seq_len must be"), (dict(n_samples=1), "n_samples must be"),
+    (dict(eps=-1.0), "eps must be"), (dict(eps=float("nan")), "eps must be"),
+    (dict(seed=SEED_LIMIT), "seed must be in"),
+])
+def test_bad_input(kwargs, match):
+    base = dict(d_model=32, n_heads=4, seq_len=8, sigma=0.02, n_samples=4, device="cpu")
+    base.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        nope.layer_statistics(**base)
+
+
+def test_variance_config_presets():
+    q, p = nope.VarianceConfig.quick(), nope.VarianceConfig.paper()
+    assert (q.d_model, q.sigma) == (p.d_model, p.sigma) == (768, 0.02)
+    assert (p.seq_len, p.n_samples) == (512, 500) and q.seq_len < p.seq_len
+    with pytest.raises(ValueError, match="n_samples must be"):
+        nope.VarianceConfig(n_samples=1)
+
+
+# --------------------------------------------------------------------- lemmas
+def test_correction_closes_the_gap():
+    # at paper-like d the softmax is visibly non-uniform (ratio ~ exp(d^2 sigma^4))
+    d, h, t = 512, 8, 128
+    st = nope.layer_statistics(d, h, t, 0.02, 120, seed=1, device="cpu")
+    v = st["attn_out_var"].mean(-1)
+    raw = v / nope_lemmas.theory_variance(d, 0.02, t)
+    fixed = v / nope_lemmas.corrected_variance(d, 0.02, t, h)
+    late = slice(32, None)
+    assert raw[late].mean() > 1.02          # the paper's Lemma 3 underestimates
+    assert abs(fixed[late].mean() - 1) < abs(raw[late].mean() - 1) / 2
+    # at m = 1 a single key gets all the weight: only the eps gain remains
+    assert float(fixed[0]) == pytest.approx(float(raw[0]) / nope_lemmas.eps_gain(0.02), rel=1e-6)
+
+
+def test_lemma1_and_direct_logit_variance(stats):
+    q, k, v = stats["qkv_var"]
+    for x in (q, k, v):
+        assert abs(float(x) / (D * 0.02 ** 2) - 1) < 0.08
+    tau2 = float(stats["score_var"][T // 2:].mean())
+    th = nope_lemmas.logit_variance_theory(D, H, 0.02)
+    gain = nope_lemmas.eps_gain(0.02)
+    assert abs(tau2 / (th["direct"] * gain ** 2) - 1) < 0.1
+    assert th["paper"] == pytest.approx(th["direct"] / H)
+    assert nope_lemmas.PAPER_LEMMA2["scaled logit variance"] == pytest.approx(0.0079, abs=1e-4)
+
+
+def test_bidirectional_is_flat():
+    v = nope.attention_output_variance(128, 4, 64, 0.02, 200, causal=False, seed=0,
+                                       device="cpu")
+    assert abs(nope_lemmas.loglog_slope(v, m_min=1)) < 0.05
+    torch.testing.assert_close(nope_lemmas.theory_variance(128, 0.02, 64, causal=False),
+                               torch.full((64,), 128 ** 2 * 0.02 ** 4 / 64))
+
+
+def test_softmax_energy_limits_and_large_logits():
+    torch.testing.assert_close(nope_lemmas.softmax_energy(0.0, 50), torch.ones(50))
+    e = nope_lemmas.softmax_energy(0.1, 400, n_draws=4000)
     assert abs(float(e[0]) - 1) < 1e-6
     assert abs(float(e[-1]) - math.exp(0.1)) < 0.01
+    # tau^2 = 3000: the softmax is one-hot, so m * sum a^2 = m (no overflow, no NaN)
+    for causal in (True, False):
+        big = nope_lemmas.softmax_energy(3000.0, 8, causal=causal)
+        assert torch.isfinite(big).all()
+        expected = torch.arange(1, 9).float() if causal else torch.full((8,), 8.0)
+        torch.testing.assert_close(big, expected, atol=0.05, rtol=0.05)   # rare near-ties
+    # the prefix form equals a direct softmax of each prefix
+    s = torch.randn(300, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    tau2 = 2.0
+    direct = torch.stack([(torch.softmax(s[:, :m] * math.sqrt(tau2), -1) ** 2).sum(-1).mean() * m
+                          for m in range(1, 7)])
+    torch.testing.assert_close(nope_lemmas.softmax_energy(tau2, 6, n_draws=300).double(),
+                               direct, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: nope_lemmas.corrected_variance(64, 0.02, 8, eps=-1.0), "eps must be"),
+    (lambda: nope_lemmas.softmax_energy(-1.0, 8), "tau2 must be"),
+    (lambda: nope_lemmas.softmax_energy(float("inf"), 8), "tau2 must be"),
+    (lambda: nope_lemmas.loglog_slope(-torch.arange(1.0, 20.0)), "positive and finite"),
+    (lambda: nope_lemmas.loglog_slope(torch.ones(5), m_min=10), "at least two positions"),
+    (lambda: nope_lemmas.amplitude_noise({}, 1), "n_samples must be"),
+])
+def test_lemma_functions_refuse_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_corrected_variance_is_positive_for_every_valid_eps():
+    for eps in (0.0, 1e-5, 1.0):
+        assert (nope_lemmas.corrected_variance(64, 0.02, 8, eps=eps) > 0).all()
 
 
 def test_loglog_slope_exact():
     m = torch.arange(1, 101, dtype=torch.float64)
-    assert nope.loglog_slope(3.0 * m ** -0.7) == pytest.approx(-0.7)
-    with pytest.raises(ValueError):
-        nope.loglog_slope(-m)
+    assert nope_lemmas.loglog_slope(3.0 * m ** -0.7) == pytest.approx(-0.7)
 
 
 def test_lemma4_mean_is_one_and_spread_shrinks(stats):
-    pred = nope.lemma4_variance(stats["weights"], 0.02, T)
+    pred = nope_lemmas.lemma4_variance(stats["weights"], 0.02, T)
     torch.testing.assert_close(pred.mean(-1), torch.ones(T), atol=1e-5, rtol=0)
     spread = pred.std(-1)
-    assert spread[0] > 5 * spread[-1]
-    measured = stats["ln_final_var"]
-    # measured per-dimension spread follows Lemma 4 at early positions
-    assert abs(float(measured[:4].std(-1).mean() / spread[:4].mean()) - 1) < 0.3
+    assert spread[0] > 3 * spread[-1]
+
+
+def test_lemma4_amplitude(stats):
+    w = stats["weights"]
+    pred = nope_lemmas.lemma4_predicted_amplitude(w, 0.02, T)
+    c = (w["W_V"].double() @ w["W_O"].double()).pow(2).sum(0).mean()
+    m = torch.arange(1, T + 1, dtype=torch.float64)
+    torch.testing.assert_close(pred.double(), (c / m) / (0.02 ** 2 + c / m), atol=1e-5,
+                               rtol=1e-4)
+    # the measured amplitude follows the prediction within a few noise widths
+    meas = nope_lemmas.lemma4_amplitude(stats["ln_final_var"], w)
+    noise = nope_lemmas.amplitude_noise(w, N)
+    assert abs(float(meas[:16].mean() - pred[:16].mean())) < 3 * noise
+    # and an amplitude of pure noise is centred on zero
+    fake = 1 + torch.randn(T, D, generator=torch.Generator().manual_seed(0)) * 0.1
+    assert abs(float(nope_lemmas.lemma4_amplitude(fake, w).mean())) < 0.1
+
+
+def test_log_bins():
+    b = nope_lemmas.log_bins(torch.arange(1.0, 11.0))     # bins 1, 2-3, 4-7, 8-10
+    assert b["count"].tolist() == [1, 2, 4, 3]
+    assert b["mean"].tolist() == [1.0, 2.5, 5.5, 9.0]
+
+
+# ---------------------------------------------------------------------- probe
+def _tiny_probe(**kw) -> nope_probe.ProbeConfig:
+    base = dict(d_model=32, n_heads=4, n_layers=2, seq_len=16, train_seqs=800, eval_seqs=32,
+                positions_per_seq=16, seqs_per_step=16, hidden=32, steps=300, lr=3e-3,
+                seeds=(0,), bidirectional_seeds=(0,))
+    return nope_probe.ProbeConfig(**{**base, **kw})
 
 
 def test_probe_learns_positions_only_when_causal():
-    c = nope.probe_positions(32, 4, 2, 16, 0.02, True, steps=300, batch_size=16, hidden=32,
-                             lr=3e-3, device="cpu", progress=False)
-    b = nope.probe_positions(32, 4, 2, 16, 0.02, False, steps=300, batch_size=16, hidden=32,
-                             lr=3e-3, device="cpu", progress=False)
+    c = nope_probe.probe_positions(_tiny_probe(), seed=0, causal=True)
+    b = nope_probe.probe_positions(_tiny_probe(), seed=0, causal=False)
     assert c["baseline"] == pytest.approx(4.0)
-    assert c["mae"][2] < 0.92 * c["baseline"]
+    assert min(c["mae"][1:]) < 0.9 * c["baseline"]
     assert min(b["mae"]) > 0.95 * b["baseline"]
 
 
-@pytest.mark.parametrize("kwargs", [dict(d_model=30, n_heads=4), dict(sigma=-1.0),
-                                    dict(seq_len=0), dict(n_samples=1)])
-def test_bad_input(kwargs):
-    base = dict(d_model=32, n_heads=4, seq_len=8, sigma=0.02, n_samples=4, device="cpu")
-    base.update(kwargs)
-    with pytest.raises(ValueError):
-        nope.attention_output_variance(**base)
+def test_probe_prefix_is_reproducible_from_fewer_layers():
+    """Sequences and probes have their own streams: the first steps of probes 0..1 do not
+    depend on how many layers are read (what the stored-result test relies on)."""
+    cfg = _tiny_probe(n_layers=3)
+    model = nope.random_nope_model(32, 4, 3, 16, 0.02, True, 0)
+    full = nope_probe.probe_features(model, cfg, 0, range(8))
+    part = nope_probe.probe_features(model, cfg, 0, range(8), n_layers=1)
+    torch.testing.assert_close(full[0][:2], part[0])
+    _, t_full = nope_probe.train_probes(full, dataclasses.replace(cfg, train_seqs=8), 0, 3)
+    _, t_part = nope_probe.train_probes(part, dataclasses.replace(cfg, train_seqs=8), 0, 3)
+    torch.testing.assert_close(torch.tensor(t_full)[:, :2], torch.tensor(t_part))
 
 
+@pytest.mark.parametrize("kw, match", [
+    (dict(seqs_per_step=0), "seqs_per_step must be a positive integer"),
+    (dict(train_seqs=0), "train_seqs must be a positive integer"),
+    (dict(positions_per_seq=17), "positions_per_seq must be <= seq_len"),
+    (dict(lr=float("nan")), "lr must be"), (dict(seeds=(-1,)), "a seed must be in"),
+])
+def test_probe_config_refuses_bad_values(kw, match):
+    with pytest.raises(ValueError, match=match):
+        _tiny_probe(**kw)
+
+
+# ------------------------------------------------------------------ trained LM
+@pytest.fixture(scope="module")
+def small_lm():
+    from lncourse.text import CharTokenizer, load_shakespeare
+    from lncourse.transformer import GPT, TransformerConfig
+    text = load_shakespeare()[:20000]
+    tok = CharTokenizer.from_text(text)
+    torch.manual_seed(0)
+    model = GPT(TransformerConfig(tok.vocab_size, d_model=16, n_heads=2, n_layers=1,
+                                  block_size=32, pos_emb=False))
+    return model, tok.encode(text)
+
+
+def test_trained_lm_variance_is_the_variance_across_windows(small_lm):
+    from lncourse.text import sample_batch
+    model, ids = small_lm
+    got = nope_lm.trained_lm_variance(model, ids, n_windows=40, block_size=32, seed=3,
+                                      batch_size=16)
+    x, _ = sample_batch(ids, 40, 32, torch.Generator().manual_seed(3))   # same windows
+    with torch.no_grad():
+        _, _, cache = model(x, return_cache=True)
+    expected = cache["blocks.0.attn_out"].double().var(0).mean(-1).float()
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-4)
+    assert model.training                  # the mode is restored
+
+
+def test_trained_lm_variance_refuses_bad_input(small_lm):
+    model, ids = small_lm
+    with pytest.raises(ValueError, match="n_windows must be"):
+        nope_lm.trained_lm_variance(model, ids, n_windows=1, block_size=32)
+    with pytest.raises(ValueError, match="layer must be in"):
+        nope_lm.trained_lm_variance(model, ids, n_windows=4, block_size=32, layer=1)
+
+
+# --------------------------------------------------------------------- figures
 def test_plots_return_figures(stats):
     v = stats["attn_out_var"].mean(-1)
-    th = nope.theory_variance(D, 0.02, T)
+    th = nope_lemmas.theory_variance(D, 0.02, T)
     figs = [nope_plots.variance_loglog(v, th, th),
             nope_plots.cumulative_attention(stats["mean_weights"]),
             nope_plots.sigma_sweep({0.02: (v, th), 0.2: (v, th)}),

@@ -10,6 +10,7 @@ from .nope import (  # noqa: F401
     cumulative_attention, final_ln_signal, probe_errors, sigma_sweep, variance_loglog,
 )
 from .selectability import (  # noqa: F401
-    fraction_vs_dimension, keys_hull_2d, layer_fractions, lm_loss_curves, unselectable_heatmaps,
+    fraction_vs_context, fraction_vs_dimension, fraction_vs_step, keys_hull_2d, layer_fractions,
+    lm_loss_curves, unselectable_heatmaps,
 )
 from .style import COLORS, band, blank_figure, new_figure, use_style  # noqa: F401

