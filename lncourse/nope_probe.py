@@ -85,9 +85,9 @@ class ProbeConfig:
     @classmethod
     def quick(cls) -> "ProbeConfig":
         """The paper's regime (d = 768, σ = 0.02, 12 heads) at a small size: 3 layers,
-        L = 64, 48 training sequences, one seed of each kind."""
-        return cls(n_layers=3, seq_len=64, train_seqs=48, eval_seqs=8, positions_per_seq=64,
-                   seqs_per_step=4, hidden=64, steps=250, lr=3e-3, seeds=(0,),
+        L = 32, 256 training sequences, one seed of each kind."""
+        return cls(n_layers=3, seq_len=32, train_seqs=256, eval_seqs=32, positions_per_seq=32,
+                   seqs_per_step=8, hidden=32, steps=300, lr=3e-3, seeds=(0,),
                    bidirectional_seeds=(0,))
 
 

@@ -9,7 +9,7 @@ the all-ones direction), for every prefix length n of :attr:`KeysLMConfig.sweep`
 n Gaussian points in 7 and 8 dimensions. Stored runs::
 
     python -m lncourse.selectability_lm --preset paper       # characters, contexts of 1024
-    python -m lncourse.selectability_lm --preset paper_bpe   # byte-level BPE, same n, steps
+    python -m lncourse.selectability_lm --preset quick_bpe   # BPE at the build's size
 
 Shapes: S contexts of T tokens (S, T); per layer vectors (S, T, d); L layers.
 """
@@ -93,6 +93,12 @@ class KeysLMConfig:
         return cls(tokenizer="bpe")
 
     @classmethod
+    def quick_bpe(cls) -> "KeysLMConfig":
+        """As :meth:`quick`, with a byte-level BPE of 4,096 tokens: the tokenisation
+        comparison at the fast size (the same n, batch and steps as the build's run)."""
+        return dataclasses.replace(cls.quick(), tokenizer="bpe")
+
+    @classmethod
     def quick(cls) -> "KeysLMConfig":
         """Fast mode: contexts of 256 characters, batch 4, 300 steps, the first plays."""
         return cls(text_chars=1_500_000, block_size=256, batch_size=4, steps=300, lr=1e-2,
@@ -117,8 +123,8 @@ class MiniLMPassages:
         return cls(passages=3, max_tokens=128)
 
 
-PRESETS = {"quick": KeysLMConfig.quick, "paper": KeysLMConfig.paper,
-           "paper_bpe": KeysLMConfig.paper_bpe}
+PRESETS = {"quick": KeysLMConfig.quick, "quick_bpe": KeysLMConfig.quick_bpe,
+           "paper": KeysLMConfig.paper, "paper_bpe": KeysLMConfig.paper_bpe}
 
 
 # ---------------------------------------------------------------- data and models

@@ -7,7 +7,8 @@ from .layernorm import (  # noqa: F401
 )
 from .majority import VARIANT_LABELS, keys_queries_3d, majority_curves, steps_to_accuracy  # noqa: F401
 from .nope import (  # noqa: F401
-    cumulative_attention, final_ln_signal, probe_errors, sigma_sweep, variance_loglog,
+    cumulative_attention, final_ln_signal, lemma4_signal, probe_errors, sigma_sweep,
+    variance_loglog,
 )
 from .selectability import (  # noqa: F401
     fraction_vs_context, fraction_vs_dimension, fraction_vs_step, keys_hull_2d, layer_fractions,

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from .style import COLORS, new_figure
 
 __all__ = ["variance_loglog", "cumulative_attention", "sigma_sweep", "probe_errors",
-           "final_ln_signal"]
+           "final_ln_signal", "lemma4_signal"]
 
 
 def _axes(ax: Axes | None, width: float = 6.4, height: float = 4.0) -> tuple[Figure, Axes]:
@@ -96,15 +96,17 @@ def sigma_sweep(results: dict, ax: Axes | None = None) -> Figure:
 
 
 def probe_errors(results: dict, baseline: float, paper: dict | None = None,
-                 ax: Axes | None = None) -> Figure:
+                 ax: Axes | None = None, spread: dict | None = None) -> Figure:
     """Mean absolute error of the position probe against depth (Figure 2).
 
-    results: label -> (layers, mae); baseline: the error of always guessing the middle.
+    results: label -> (layers, mae); baseline: the error of always guessing the middle;
+    spread: label -> standard deviation over seeds per layer (error bars), optional.
     """
     fig, ax = _axes(ax)
     colors = [COLORS["ours"], COLORS["no_projection"], COLORS["no_scaling"]]
     for (label, (layers, mae)), c in zip(results.items(), colors):
-        ax.plot(layers, mae, marker="o", color=c, label=label)
+        err = (spread or {}).get(label)
+        ax.errorbar(layers, mae, yerr=err, marker="o", color=c, label=label, capsize=2)
     ax.axhline(baseline, color=COLORS["theory"], ls="--", lw=1, label="guess the middle")
     for label, (layers, mae) in (paper or {}).items():
         ax.plot(layers, mae, marker="s", ls=":", color=COLORS["paper"], label=label)
@@ -140,5 +142,39 @@ def final_ln_signal(resid, ln_mean, ln_spread, predicted_spread=None,
     axes[1].set_xscale("log")
     axes[1].set_xlabel("position m")
     axes[1].set_ylabel("spread of the variance over dimensions")
+    axes[1].legend()
+    return fig
+
+
+def lemma4_signal(resid, ln_mean, amplitude: dict, predicted, ax=None) -> Figure:
+    """The final LayerNorm erases the shrinkage but keeps Lemma 4's pattern (two panels).
+
+    Left: mean variance of x + o and of LN(x + o) against m. Right: the amplitude of
+    Lemma 4's per-dimension pattern, measured in bins of positions (``amplitude``:
+    ``m``, ``mean``, ``err`` arrays) with error bars, against the prediction
+    ``predicted`` (T,). ``ax``: two axes.
+    """
+    if ax is None:
+        fig, axes = new_figure(1, 2, width=9.0, height=3.6)
+    else:
+        axes = np.atleast_1d(ax)
+        fig = axes[0].figure
+    m = np.arange(1, len(resid) + 1)
+    axes[0].plot(m, np.asarray(resid, dtype=float), color=COLORS["none"], label="x + o")
+    axes[0].plot(m, np.asarray(ln_mean, dtype=float), color=COLORS["layernorm"],
+                 label="LN(x + o)")
+    axes[0].set_xscale("log")
+    axes[0].set_yscale("log")
+    axes[0].set_xlabel("position m")
+    axes[0].set_ylabel("variance, averaged over dimensions")
+    axes[0].legend()
+    axes[1].plot(m, np.asarray(predicted, dtype=float), color=COLORS["theory"], ls="--",
+                 label="Lemma 4")
+    axes[1].errorbar(amplitude["m"], amplitude["mean"], yerr=amplitude["err"], fmt="o",
+                     ms=4, capsize=2, color=COLORS["layernorm"], label="measured")
+    axes[1].axhline(0, color=COLORS["none"], lw=0.8)
+    axes[1].set_xscale("log")
+    axes[1].set_xlabel("position m")
+    axes[1].set_ylabel("amplitude of Lemma 4's pattern")
     axes[1].legend()
     return fig
