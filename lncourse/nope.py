@@ -31,7 +31,7 @@ from .transformer import GPT, TransformerConfig
 __all__ = [
     "VarianceConfig", "random_nope_model", "sample_inputs", "first_layer_weights",
     "weights_from_block", "first_layer", "layer_statistics", "attention_output_variance",
-    "final_ln_variance",
+    "loglog_slope", "final_ln_variance",
 ]
 
 
@@ -257,6 +257,21 @@ def attention_output_variance(d_model: int = 768, n_heads: int = 12, seq_len: in
     stats = layer_statistics(d_model, n_heads, seq_len, sigma, n_samples, causal, seed,
                              device)
     return stats["attn_out_var"].mean(-1).float()
+
+
+def loglog_slope(variance: Tensor | np.ndarray, m_min: int = 10, m_max: int | None = None
+                 ) -> float:
+    """Least-squares slope of log(variance) against log(m) over m_min <= m <= m_max."""
+    v = torch.as_tensor(variance, dtype=torch.float64).flatten()
+    m = torch.arange(1, v.numel() + 1, dtype=torch.float64)
+    keep = (m >= m_min) & (m <= (m_max or v.numel()))
+    if keep.sum() < 2:
+        raise ValueError(f"need at least two positions in [{m_min}, {m_max or v.numel()}]")
+    if (v[keep] <= 0).any() or not torch.isfinite(v[keep]).all():
+        raise ValueError("variances must be positive and finite to fit a log-log slope")
+    lx, ly = m[keep].log(), v[keep].log()
+    lx = lx - lx.mean()
+    return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
 
 
 def final_ln_variance(stats: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -22,7 +22,7 @@ from .rng import check_seed
 
 __all__ = [
     "PAPER_LEMMA2", "PAPER_FIG2", "eps_gain", "theory_variance", "logit_variance_theory",
-    "softmax_energy", "corrected_variance", "loglog_slope", "lemma4_variance",
+    "softmax_energy", "corrected_variance", "lemma4_variance",
     "lemma4_amplitude", "lemma4_predicted_amplitude", "amplitude_noise", "log_bins",
 ]
 
@@ -122,21 +122,6 @@ def corrected_variance(d_model: int, sigma: float, seq_len: int, n_heads: int | 
         tau2, seq_len, causal=causal) * gain
 
 
-def loglog_slope(variance: Tensor | np.ndarray, m_min: int = 10, m_max: int | None = None
-                 ) -> float:
-    """Least-squares slope of log(variance) against log(m) over m_min <= m <= m_max."""
-    v = torch.as_tensor(variance, dtype=torch.float64).flatten()
-    m = torch.arange(1, v.numel() + 1, dtype=torch.float64)
-    keep = (m >= m_min) & (m <= (m_max or v.numel()))
-    if keep.sum() < 2:
-        raise ValueError(f"need at least two positions in [{m_min}, {m_max or v.numel()}]")
-    if (v[keep] <= 0).any() or not torch.isfinite(v[keep]).all():
-        raise ValueError("variances must be positive and finite to fit a log-log slope")
-    lx, ly = m[keep].log(), v[keep].log()
-    lx = lx - lx.mean()
-    return float((lx * (ly - ly.mean())).sum() / (lx * lx).sum())
-
-
 def lemma4_variance(weights: dict[str, Tensor], sigma: float, seq_len: int,
                     softmax_factor: Tensor | None = None) -> Tensor:
     """Lemma 4: per-dimension variance of LN(x + o) at each position, (T, d).
@@ -195,7 +180,8 @@ def amplitude_noise(weights: dict[str, Tensor], n_samples: int) -> float:
 
 
 def log_bins(values: Tensor | np.ndarray, base: int = 2) -> dict[str, np.ndarray]:
-    """Average a (T,) curve over positions 1, 2-3, 4-7, ... (powers of ``base``).
+    """Average a (T,) curve over positions 1, 2-3, 4-7, ... (powers of ``base``); a last
+    bin holding less than half as many positions as the one before joins it.
 
     Returns ``m`` (geometric centre of each bin), ``mean``, ``count`` (positions per bin).
     """
@@ -203,9 +189,11 @@ def log_bins(values: Tensor | np.ndarray, base: int = 2) -> dict[str, np.ndarray
     edges = [1]
     while edges[-1] <= len(v):
         edges.append(edges[-1] * base)
+    edges[-1] = len(v) + 1
+    if len(edges) > 2 and edges[-1] - edges[-2] < (edges[-2] - edges[-3]) / 2:
+        del edges[-2]
     m, mean, count = [], [], []
     for lo, hi in zip(edges[:-1], edges[1:]):
-        hi = min(hi, len(v) + 1)
         m.append(math.sqrt(lo * (hi - 1)))
         mean.append(v[lo - 1:hi - 1].mean())
         count.append(hi - lo)

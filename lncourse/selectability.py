@@ -27,6 +27,8 @@ the keys that differ from it. Tolerances: with s the largest |coordinate| of the
 keys, tol = rtol * s (default rtol = 1e-12, a few hundred times
 the rounding error of float64 scores); all tests run on the centred keys, which
 changes no verdict (adding a vector to every key adds the same number to every score).
+Keys that lie on a hyperplane must be computed in float64: float32 rounding gives them a
+thickness of about 1e-7 of their size, which this exact test resolves as a dimension.
 Shapes: keys (n, d); a batch of key sets (S, n, d): S sets of n keys in d dimensions.
 The experiments built on this (Figure 1c/1d, the Gaussian proxy, keys inside a causal
 prefix) are in :mod:`lncourse.selectability_experiments`.

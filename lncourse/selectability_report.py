@@ -95,12 +95,13 @@ def diagnostics(result: dict, seed: int = 0) -> str:
                 continue
             rows.append([f"{label}, {name} ({dim}-D)",
                          100 * float(np.asarray(s[q])[:, :, -1].mean()), distinct,
-                         float(np.mean(s["cv_" + q])), float(np.mean(s["raw_cv_" + q]))])
+                         f"{np.mean(s['cv_' + q]):.3f}", f"{np.mean(s['raw_cv_' + q]):.3f}"])
     for d in (8, 7):
         frac = np.mean(result["proxy"][str(d)][-1])
         cv = float(norm_cv(random_key_sets(T, d, 8, seed), whiten=True).mean())
-        rows.append([f"Gaussian proxy ({d}-D)", 100 * float(frac), float(T), cv, cv])
-    return format_table(header, [[r[0], *[float(v) for v in r[1:]]] for r in rows])
+        rows.append([f"Gaussian proxy ({d}-D)", 100 * float(frac), float(T), f"{cv:.3f}",
+                     f"{cv:.3f}"])
+    return format_table(header, rows)
 
 
 def training_curve(result: dict) -> tuple[list[int], dict[str, list[float]]]:

@@ -26,7 +26,7 @@ def test_lemma3_ratio_and_slope(stats):
     v = stats["attn_out_var"].mean(-1)
     ratio = v / nope_lemmas.theory_variance(D, 0.02, T)
     assert ((ratio - 1).abs() < 0.15).all(), ratio
-    assert abs(nope_lemmas.loglog_slope(v, m_min=10) + 1) < 0.1
+    assert abs(nope.loglog_slope(v, m_min=10) + 1) < 0.1
 
 
 def test_public_function_matches_statistics(stats):
@@ -139,7 +139,7 @@ def test_lemma1_and_direct_logit_variance(stats):
 def test_bidirectional_is_flat():
     v = nope.attention_output_variance(128, 4, 64, 0.02, 200, causal=False, seed=0,
                                        device="cpu")
-    assert abs(nope_lemmas.loglog_slope(v, m_min=1)) < 0.05
+    assert abs(nope.loglog_slope(v, m_min=1)) < 0.05
     torch.testing.assert_close(nope_lemmas.theory_variance(128, 0.02, 64, causal=False),
                                torch.full((64,), 128 ** 2 * 0.02 ** 4 / 64))
 
@@ -168,8 +168,8 @@ def test_softmax_energy_limits_and_large_logits():
     (lambda: nope_lemmas.corrected_variance(64, 0.02, 8, eps=-1.0), "eps must be"),
     (lambda: nope_lemmas.softmax_energy(-1.0, 8), "tau2 must be"),
     (lambda: nope_lemmas.softmax_energy(float("inf"), 8), "tau2 must be"),
-    (lambda: nope_lemmas.loglog_slope(-torch.arange(1.0, 20.0)), "positive and finite"),
-    (lambda: nope_lemmas.loglog_slope(torch.ones(5), m_min=10), "at least two positions"),
+    (lambda: nope.loglog_slope(-torch.arange(1.0, 20.0)), "positive and finite"),
+    (lambda: nope.loglog_slope(torch.ones(5), m_min=10), "at least two positions"),
     (lambda: nope_lemmas.amplitude_noise({}, 1), "n_samples must be"),
 ])
 def test_lemma_functions_refuse_bad_input(call, match):
@@ -184,7 +184,7 @@ def test_corrected_variance_is_positive_for_every_valid_eps():
 
 def test_loglog_slope_exact():
     m = torch.arange(1, 101, dtype=torch.float64)
-    assert nope_lemmas.loglog_slope(3.0 * m ** -0.7) == pytest.approx(-0.7)
+    assert nope.loglog_slope(3.0 * m ** -0.7) == pytest.approx(-0.7)
 
 
 def test_lemma4_mean_is_one_and_spread_shrinks(stats):
@@ -214,6 +214,8 @@ def test_log_bins():
     b = nope_lemmas.log_bins(torch.arange(1.0, 11.0))     # bins 1, 2-3, 4-7, 8-10
     assert b["count"].tolist() == [1, 2, 4, 3]
     assert b["mean"].tolist() == [1.0, 2.5, 5.5, 9.0]
+    merged = nope_lemmas.log_bins(torch.arange(1.0, 129.0))     # 128 alone joins 64-127
+    assert merged["count"].tolist() == [1, 2, 4, 8, 16, 32, 65] and merged["count"].sum() == 128
 
 
 # ---------------------------------------------------------------------- probe
@@ -298,6 +300,10 @@ def test_plots_return_figures(stats):
             nope_plots.cumulative_attention(stats["mean_weights"]),
             nope_plots.sigma_sweep({0.02: (v, th), 0.2: (v, th)}),
             nope_plots.probe_errors({"causal": ([0, 1], [4.0, 3.0])}, 4.0),
-            nope_plots.final_ln_signal(v, v, v, v)]
+            nope_plots.final_ln_signal(v, v, v, v),
+            nope_plots.probe_errors({"causal": ([0, 1], [4.0, 3.0])}, 4.0,
+                                    spread={"causal": [0.1, 0.2]}),
+            nope_plots.lemma4_signal(v, v, {"m": [1.0, 2.5], "mean": [1.0, 0.9],
+                                            "err": [0.1, 0.05]}, v)]
     for f in figs:
         assert isinstance(f, matplotlib.figure.Figure)

@@ -209,6 +209,13 @@ def test_plotting_functions_return_figures():
     hist = {"step": [0, 1], "train_loss": [3.0, 2.0], "test_loss": [3.1, 2.5]}
     assert isinstance(ps.lm_loss_curves({"m": hist}), Figure)
     assert isinstance(ps.layer_fractions({"a": [1, 2], "b": [3, 4]}, hatched=("b",)), Figure)
+    fig = ps.fraction_vs_context([32, 64, 128], {"left": {"a": [1, 2, 3], "b (fast)": [1, 2]},
+                                                 "right": {"c": [3, 4, 5]}},
+                                 proxy={"left": ("Gaussian", [2, 3, 4])})
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert [len(line.get_xdata()) for line in fig.axes[0].lines] == [3, 2, 3]
+    assert fig.axes[0].lines[1].get_linestyle() == ":"         # "(fast)" is dotted
+    assert isinstance(ps.fraction_vs_step([0, 10], {"a": [5.0, 3.0]}), Figure)
 
 
 def test_verification_rejects_wrong_certificates():

@@ -1,0 +1,50 @@
+"""Tokenizers and splits of lncourse.text (chapters 2 and 4)."""
+
+import pytest
+import torch
+
+from lncourse.text import BPETokenizer, CharTokenizer, load_shakespeare, sample_batch, split_text
+
+
+@pytest.fixture(scope="module")
+def text():
+    return load_shakespeare()[:200_000]
+
+
+def test_char_tokenizer_round_trip_and_bad_ids(text):
+    tok = CharTokenizer.from_text(text)
+    assert tok.decode(tok.encode("To be, or not")) == "To be, or not"
+    for bad in ([-1], [tok.vocab_size], torch.tensor([0, -3])):
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            tok.decode(bad)
+
+
+def test_bpe_is_deterministic_round_trips_and_compresses(text):
+    a = BPETokenizer.train(text, 512)
+    b = BPETokenizer.train(text, 512)
+    assert a.fingerprint == b.fingerprint and a.vocab_size == 512
+    assert BPETokenizer.train(text, 600).fingerprint != a.fingerprint
+    sample = text[5000:8000]
+    ids = a.encode(sample)
+    assert ids.dtype == torch.long and a.decode(ids) == sample
+    assert len(ids) < 0.6 * len(sample)                   # merges: fewer tokens than chars
+    assert a.decode(a.encode("\u4e00 zebra")) == "\u4e00 zebra"   # byte-level: no unknowns
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        a.decode([512])
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda t: BPETokenizer.train(t, 256), "above 256"),
+    (lambda t: BPETokenizer.train("", 512), "empty text"),
+    (lambda t: split_text(t, 1.0), "test_fraction"),
+    (lambda t: sample_batch(torch.arange(10), 0, 4, torch.Generator()), "positive"),
+    (lambda t: sample_batch(torch.arange(10), 2, 10, torch.Generator()), "longer than"),
+])
+def test_bad_arguments(text, call, match):
+    with pytest.raises(ValueError, match=match):
+        call(text)
+
+
+def test_split_text_is_a_partition(text):
+    train, test = split_text(text, 0.25)
+    assert train + test == text and len(test) == len(text) - int(len(text) * 0.75)
