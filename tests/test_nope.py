@@ -120,14 +120,17 @@ def test_correction_closes_the_gap():
     late = slice(32, None)
     assert raw[late].mean() > 1.02          # the paper's Lemma 3 underestimates
     assert abs(fixed[late].mean() - 1) < abs(raw[late].mean() - 1) / 2
-    # at m = 1 a single key gets all the weight: only the eps gain remains
-    assert float(fixed[0]) == pytest.approx(float(raw[0]) / nope_lemmas.eps_gain(0.02), rel=1e-6)
+    # at m = 1 a single key gets all the weight: only the eps gain remains, and it is
+    # what the measurement shows (the variance of one value vector, from 120 x 512 numbers)
+    assert abs(float(fixed[0]) - 1) < 0.015
+    assert float(raw[0]) < 0.99
 
 
 def test_lemma1_and_direct_logit_variance(stats):
     q, k, v = stats["qkv_var"]
-    for x in (q, k, v):
-        assert abs(float(x) / (D * 0.02 ** 2) - 1) < 0.08
+    assert nope_lemmas.eps_gain(0.02) == pytest.approx(4e-4 / (4e-4 + 1e-5))
+    for x in (q, k, v):   # d sigma^2 times the LN's eps gain, to within sampling noise
+        assert abs(float(x) / (D * 0.02 ** 2 * nope_lemmas.eps_gain(0.02)) - 1) < 0.01
     tau2 = float(stats["score_var"][T // 2:].mean())
     th = nope_lemmas.logit_variance_theory(D, H, 0.02)
     gain = nope_lemmas.eps_gain(0.02)
@@ -242,8 +245,8 @@ def test_probe_prefix_is_reproducible_from_fewer_layers():
     full = nope_probe.probe_features(model, cfg, 0, range(8))
     part = nope_probe.probe_features(model, cfg, 0, range(8), n_layers=1)
     torch.testing.assert_close(full[0][:2], part[0])
-    _, t_full = nope_probe.train_probes(full, dataclasses.replace(cfg, train_seqs=8), 0, 3)
-    _, t_part = nope_probe.train_probes(part, dataclasses.replace(cfg, train_seqs=8), 0, 3)
+    _, t_full = nope_probe.train_probes(full, dataclasses.replace(cfg, train_seqs=8, seqs_per_step=4), 0, 3)
+    _, t_part = nope_probe.train_probes(part, dataclasses.replace(cfg, train_seqs=8, seqs_per_step=4), 0, 3)
     torch.testing.assert_close(torch.tensor(t_full)[:, :2], torch.tensor(t_part))
 
 
