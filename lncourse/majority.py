@@ -318,6 +318,6 @@ def hand_built_model(n_classes: int = 20, alpha: float = 20.0) -> MajorityModel:
         "W_O": alpha * torch.eye(d), "b_O": torch.zeros(d),
         "W_1": torch.zeros(d, d), "b_1": torch.zeros(d),
         "W_2": torch.zeros(d, d), "b_2": torch.zeros(d),
-        "ln2_w": torch.ones(d), "ln2_b": torch.zeros(d),
+        "ln2_w": torch.ones(d), "ln2_b": torch.zeros(d), "n1_gain": torch.ones(()),
     }
     return set_params(model, params)

@@ -94,6 +94,12 @@ class MajorityConfig:
         if self.eval_size is not None:
             _int("eval_size", self.eval_size, 1)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> MajorityConfig:
+        """The configuration stored in a history (JSON turns tuples into lists)."""
+        d = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+        return cls(**d)
+
     @property
     def lrs(self) -> tuple[float, ...]:
         return self.lr if isinstance(self.lr, tuple) else (self.lr,)
@@ -329,7 +335,7 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
             "params": {k: p.detach().cpu() for k, p in params.items()},
             "optimizer": opt.state(), "epoch_states": [o.epoch_state for o in orders]})
 
-    if start == 0:
+    if not history["step"]:  # a fresh run (a checkpoint at step 0 already holds it)
         c, y = batch(0)
         loss0, _ = MS.multiset_evaluate(params, c, y, variants, chunk)
         _record(history, 0, loss0, *_evaluate(params, variants, data))
@@ -470,13 +476,16 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--steps", type=int, default=None,
                         help="override the preset's step count (recorded in the config)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    parser.add_argument("--checkpoint", default=None, help="checkpoint file (default "
+                        "results/checkpoints/majority_<name>.ckpt); an existing one resumes")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     config = PRESETS[args.preset]()
     if args.steps is not None:
         config = dataclasses.replace(config, steps=args.steps)
     out = Path(args.out) if args.out else RESULTS_DIR / "majority" / f"{args.preset}.json"
-    ckpt = RESULTS_DIR / "checkpoints" / f"majority_{out.stem}.ckpt"
+    ckpt = Path(args.checkpoint) if args.checkpoint else \
+        RESULTS_DIR / "checkpoints" / f"majority_{out.stem}.ckpt"
     command = "python -m lncourse.majority_train " + " ".join(
         sys.argv[1:] if argv is None else argv)
     started = run_started(ckpt, command)     # the commit and command of the first start

@@ -5,7 +5,10 @@ from .layernorm import (  # noqa: F401
     attention_inputs, ellipse_in_plane, explore_ln_3d, folding_errors, ln_pipeline_3d,
     plane_to_two_points, variance_errors,
 )
-from .majority import VARIANT_LABELS, keys_queries_3d, majority_curves, steps_to_accuracy  # noqa: F401
+from .majority import (  # noqa: F401
+    VARIANT_LABELS, effects_forest, grid_summary, keys_queries_3d, majority_curves,
+    steps_to_accuracy,
+)
 from .nope import (  # noqa: F401
     cumulative_attention, final_ln_signal, probe_errors, sigma_sweep, variance_loglog,
 )

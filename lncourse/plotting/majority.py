@@ -9,7 +9,8 @@ from matplotlib.figure import Figure
 
 from .style import COLORS, band, new_figure
 
-__all__ = ["VARIANT_LABELS", "majority_curves", "keys_queries_3d", "steps_to_accuracy"]
+__all__ = ["VARIANT_LABELS", "majority_curves", "keys_queries_3d", "steps_to_accuracy",
+           "effects_forest", "grid_summary"]
 
 VARIANT_LABELS = {
     "layernorm": "LayerNorm",
@@ -17,11 +18,16 @@ VARIANT_LABELS = {
     "no_projection_released": "no projection (released: x/(‖x‖√d))",
     "none": "no norm",
     "layernorm_released_scale": "LayerNorm at the released scale (LN(x)/d)",
+    "no_projection_sigma": "no projection (other reading: x/σ(x−μ))",
+    "no_projection_released_value_scaled": "released, W_V × d at init",
+    "no_projection_released_gain": "released, learned gain",
 }
 
 
-# Variants outside the shared palette (the control of chapter 3).
-_EXTRA_COLORS = {"layernorm_released_scale": "#8c564b"}
+# Variants outside the shared palette (the control, the reading, the interventions).
+_EXTRA_COLORS = {"layernorm_released_scale": "#8c564b", "no_projection_sigma": "#bcbd22",
+                 "no_projection_released_value_scaled": "#e377c2",
+                 "no_projection_released_gain": "#17becf"}
 
 
 def _color(variant: str) -> str | None:
@@ -146,4 +152,50 @@ def steps_to_accuracy(steps_by_variant: dict[str, np.ndarray], threshold: float,
     ax.set_yticks(range(len(names)), [_label(v) for v in names])
     ax.invert_yaxis()
     ax.set_xlabel(f"training steps to {threshold:.0%} test accuracy")
+    return fig
+
+
+def effects_forest(effects: dict[str, tuple[float, float, float]], xlabel: str,
+                   ax: Axes | None = None) -> Figure:
+    """Paired effects as a forest plot: each row a (mean, low, high) interval, with the
+    line of no effect. effects: row label -> (mean, low, high), drawn top to bottom."""
+    if ax is None:
+        fig, ax = new_figure(height=0.7 + 0.45 * len(effects))
+    else:
+        fig = ax.figure
+    labels = list(effects)
+    for row, label in enumerate(labels):
+        mean, low, high = effects[label]
+        ax.errorbar(mean, row, xerr=[[mean - low], [high - mean]], fmt="o",
+                    color=COLORS["ours"], capsize=4)
+    ax.axvline(0.0, color=COLORS["theory"], lw=1, linestyle="--")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    return fig
+
+
+def grid_summary(cells: dict[tuple[int, float], dict[str, np.ndarray]], ylabel: str,
+                 ax: Axes | None = None) -> Figure:
+    """One group of dots per (batch size, learning rate) cell, one colour per variant:
+    each seed's value and the mean (a bar). cells: (batch, lr) -> variant -> (n_seeds,)."""
+    if ax is None:
+        fig, ax = new_figure(width=8.0, height=4.0)
+    else:
+        fig = ax.figure
+    keys = list(cells)
+    variants = list(dict.fromkeys(v for cell in cells.values() for v in cell))
+    width = 0.8 / len(variants)
+    for col, key in enumerate(keys):
+        for k, variant in enumerate(variants):
+            if variant not in cells[key]:
+                continue
+            vals = np.asarray(cells[key][variant], dtype=float)
+            x = col - 0.4 + (k + 0.5) * width
+            ax.plot(np.full(len(vals), x), vals, ".", color=_color(variant), alpha=0.7)
+            ax.plot([x - width / 2, x + width / 2], [vals.mean()] * 2, color=_color(variant),
+                    lw=2.5, label=_label(variant) if col == 0 else None)
+    ax.set_xticks(range(len(keys)), [f"batch {b}\nlr {lr:g}" for b, lr in keys])
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
     return fig
