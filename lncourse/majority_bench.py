@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 from . import majority as M
 from . import multiset as MS
-from .majority_train import MajorityConfig, PAPER_SEEDS, _Adam, initial_model
+from .majority_config import PAPER_SEEDS, MajorityConfig
+from .majority_train import _Adam, initial_model
 
 __all__ = ["compare", "METHODS"]
 

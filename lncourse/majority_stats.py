@@ -22,14 +22,47 @@ import math
 import numpy as np
 from scipy import stats
 
-from .majority_train import history_arrays
 
-__all__ = ["DESIGN", "steps_to_threshold", "window_mean", "value_at", "per_seed",
-           "paired_interval", "factorial_effects", "equivalence_bound"]
+__all__ = ["DESIGN", "PAPER", "history_arrays", "steps_to_threshold", "window_mean", "value_at", "per_seed",
+           "paired_interval", "factorial_effects", "equivalence_bound", "reproduction_rows",
+           "markdown_table"]
 
 # (projection, paper scale) of each cell of the design.
 DESIGN = {"layernorm": (True, True), "no_projection": (False, True),
           "layernorm_released_scale": (True, False), "no_projection_released": (False, False)}
+
+# The paper's numbers, read off its figures (Brody et al. 2023, section 4.1; 10 seeds,
+# batch 6,000, lr 1e-3). Its "without projection" curves come from the released code, so
+# they belong to our "no_projection_released". Steps -> value; "end" is the last step.
+PAPER = {
+    "test_acc": {"source": "Figure 3", "layernorm": {0: 0.34, 1000: 0.74, 5000: 0.93},
+                 "no_projection_released": {0: 0.34, 1000: 0.52, 5000: 0.85}},
+    "train_loss": {"source": "Figure 2a", "layernorm": {5000: 0.2},
+                   "no_projection_released": {5000: 0.4}},
+    "query_angle": {"source": "Figure 2b", "layernorm": {0: 70.0, "end": 12.0},
+                    "no_projection_released": {0: 70.0, "end": 83.0}},
+}
+
+
+def history_arrays(history: dict, variant: str, lr: float | None = None) -> dict[str, np.ndarray]:
+    """One variant's curves (at one learning rate; default: the run's only one) as arrays:
+    ``step`` (P,) and ``train_loss``, ``test_acc``, ``query_angle`` of shape (n_seeds, P),
+    seeds in the run's order, ready for :func:`lncourse.plotting.band`."""
+    lrs = sorted(set(history.get("lr", [history["config"]["lr"]] * len(history["variant"]))))
+    if lr is None:
+        if len(lrs) > 1:
+            raise ValueError(f"this history holds several learning rates {lrs}; pass lr=")
+        lr = lrs[0]
+    run_lr = history.get("lr", [lr] * len(history["variant"]))
+    cols = [m for m, (v, r) in enumerate(zip(history["variant"], run_lr))
+            if v == variant and math.isclose(r, lr)]
+    if not cols:
+        raise ValueError(f"variant {variant!r} at lr {lr:g} is not in this history "
+                         f"(it has {sorted(set(history['variant']))} at {lrs})")
+    out = {"step": np.asarray(history["step"]), "seed": np.asarray(history["seed"])[cols]}
+    for key in ("train_loss", "test_acc", "query_angle"):
+        out[key] = np.asarray(history[key], dtype=float)[:, cols].T
+    return out
 
 
 def steps_to_threshold(steps: np.ndarray, values: np.ndarray, threshold: float = 0.9,
@@ -139,3 +172,32 @@ def equivalence_bound(differences: np.ndarray) -> float:
     90% interval)."""
     _, low, high = paired_interval(differences, level=0.90)
     return max(abs(low), abs(high))
+
+
+def reproduction_rows(history: dict) -> list[tuple[str, str, str, str]]:
+    """The paper's numbers (:data:`PAPER`) beside a run's, at the same steps:
+    rows of (quantity, source, paper, ours as mean ± std over seeds)."""
+    rows = []
+    names = {"test_acc": "test accuracy", "train_loss": "training loss",
+             "query_angle": "query angle (degrees)"}
+    for key, entry in PAPER.items():
+        for variant in ("layernorm", "no_projection_released"):
+            c = history_arrays(history, variant)
+            for step, paper in entry[variant].items():
+                at = c["step"][-1] if step == "end" else step
+                if at not in c["step"]:
+                    ours = "not run"
+                else:
+                    v = value_at(c["step"], c[key], at)
+                    ours = f"{v.mean():.2f} ± {v.std():.2f}"
+                fmt = "{:.0f}" if key == "query_angle" else "{:.2f}"
+                rows.append((f"{names[key]}, {variant}, step {at}", entry["source"],
+                             fmt.format(paper), ours))
+    return rows
+
+
+def markdown_table(header: tuple[str, ...], rows: list[tuple]) -> str:
+    """A Markdown table (for ``IPython.display.Markdown``) from a header and rows."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -14,8 +14,9 @@ import torch.nn.functional as F
 
 from lncourse import majority as M
 from lncourse import multiset as MS
-from lncourse.majority_train import (TRACE_STEPS, MajorityConfig, _lr_factor, history_arrays,
-                                     initial_model, main, train, train_single)
+from lncourse.majority_config import MajorityConfig
+from lncourse.majority_stats import history_arrays
+from lncourse.majority_train import _lr_factor, initial_model, main, train, train_single
 
 # A small configuration that exercises every code path in a second or two.
 SMALL = MajorityConfig(n_samples=1500, seq_len=20, n_classes=6, min_margin=2, d_model=4,

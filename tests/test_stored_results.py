@@ -35,7 +35,8 @@ def test_readme_lists_every_stored_result():
 @pytest.mark.parametrize("path", MAJORITY, ids=lambda p: p.stem)
 def test_stored_majority_run_replays(path):
     """The first seed's models, retrained for the first steps, give the stored losses."""
-    from lncourse.majority_train import TRACE_STEPS, MajorityConfig, train
+    from lncourse.majority_config import MajorityConfig
+    from lncourse.majority_train import TRACE_STEPS, train
 
     stored = _load(path)
     config = MajorityConfig.from_dict(stored["config"])
