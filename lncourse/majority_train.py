@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import sys
 import time
@@ -333,6 +334,17 @@ PRESETS = {"paper": MajorityConfig.paper, "quick": MajorityConfig.quick,
            "grid_b6000": lambda: MajorityConfig.grid(6000)}
 
 
+def _partial_history(config: MajorityConfig, checkpoint: Path) -> dict:
+    """The history a checkpoint holds so far, with the weights at its last step."""
+    state = load_checkpoint(checkpoint)
+    if state is None or state.get("config") != dataclasses.asdict(config):
+        raise ValueError(f"{checkpoint} holds no checkpoint of this configuration")
+    history = state["history"]
+    history["final_params"] = {k: p.tolist() for k, p in state["params"].items()}
+    history["seconds"] = state["elapsed"]
+    return history
+
+
 def main(argv: list[str] | None = None) -> Path:
     """``python -m lncourse.majority_train --preset paper``: train, write the result."""
     parser = argparse.ArgumentParser(description="Train the majority models of chapter 3 "
@@ -346,6 +358,9 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--checkpoint", default=None, help="checkpoint file (default "
                         "results/checkpoints/majority_<name>.ckpt); an existing one resumes")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--export-partial", action="store_true",
+                        help="do not train: write the history of the checkpoint so far "
+                        "(a run that goes on in a later session; its last step tells)")
     args = parser.parse_args(argv)
     config = PRESETS[args.preset]()
     if args.steps is not None:
@@ -355,9 +370,13 @@ def main(argv: list[str] | None = None) -> Path:
         RESULTS_DIR / "checkpoints" / f"majority_{out.stem}.ckpt"
     command = "python -m lncourse.majority_train " + " ".join(
         sys.argv[1:] if argv is None else argv)
-    started = run_started(ckpt, command)     # the commit and command of the first start
-    history = train(config, device=args.device, checkpoint_path=ckpt,
-                    show_progress=not args.quiet)
+    if args.export_partial:
+        history = _partial_history(config, ckpt)
+        started = json.loads(Path(str(ckpt) + ".start.json").read_text())
+    else:
+        started = run_started(ckpt, command)     # the commit and command of the first start
+        history = train(config, device=args.device, checkpoint_path=ckpt,
+                        show_progress=not args.quiet)
     history["provenance"] = provenance(args.device, history.pop("seconds"), **started)
     write_result(out, history)
     print(f"wrote {out} ({history['provenance']['wall_seconds']:.0f} s on "
