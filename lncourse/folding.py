@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import attention_scores, split_heads
-from .layernorm import (FactorizedLayerNorm, _check_eps, _raise_if_degenerate, normalise_rows,
+from .layernorm import (FactorizedLayerNorm, _check_eps, _raise_if_degenerate, scaled_rows,
                         projection_matrix, validate_vectors)
 
 __all__ = ["fold_layer_norm", "divide_by_std", "center_writing_weights",
@@ -53,12 +53,13 @@ def divide_by_std(x: Tensor, eps: float = 0.0) -> Tensor:
     """
     validate_vectors(x)
     _check_eps(eps)
-    u, c, r = normalise_rows(x, eps, centre=True)  # x / sigma(x) = u / r, no overflow
+    u, c, m = scaled_rows(x, eps, centre=True)  # x = m u, exactly; no square overflows
+    sigma = torch.sqrt((c * c).mean(dim=-1, keepdim=True) + eps / m / m)  # sigma(x) / m
     if eps == 0.0:
         _raise_if_degenerate(c, "variance")
     # Relative to the result, the folded weights' rounding error is about
     # eps_mach * |mean| / sigma: warn once that costs more than half the digits.
-    ratio = (u.mean(dim=-1, keepdim=True) / r).abs()
+    ratio = (u.mean(dim=-1, keepdim=True) / sigma).abs()
     limit = torch.finfo(x.dtype).eps ** -0.5
     if bool((ratio > limit).any()):
         warnings.warn(
@@ -67,7 +68,7 @@ def divide_by_std(x: Tensor, eps: float = 0.0) -> Tensor:
             "along 1, and the folded weights cancel that only up to rounding, so more "
             "than half the digits of the result are lost. Centre x first or use eps > 0.",
             RuntimeWarning, stacklevel=2)
-    return (u / r).to(x.dtype)
+    return (u / sigma).to(x.dtype)
 
 
 @torch.no_grad()

@@ -11,9 +11,10 @@ For x in R^d (the last axis of a tensor):
 Shapes: every function maps ``(..., d) -> (..., d)``.
 
 Numerics: float16 and bfloat16 inputs are computed in float32 and the result is cast
-back, and every row is divided by its largest |entry| before anything is squared. So
-no square overflows (300 in float16, 2e19 in float32) or underflows (1e-30) into a
-norm of infinity or zero.
+back, and every row is divided by a power of two near its largest |entry| before
+anything is squared. So no square overflows (300 in float16, 2e19 in float32) or
+underflows (1e-30) into a norm of infinity or zero; and since dividing by a power of two
+only shifts exponents, every other input gives exactly the unscaled formula's result.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "project", "scale", "projection_matrix", "layer_norm", "rms_norm",
-    "FactorizedLayerNorm", "validate_vectors", "normalise_rows",
+    "FactorizedLayerNorm", "validate_vectors", "scaled_rows",
 ]
 
 
@@ -59,23 +60,28 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if torch.finfo(dtype).bits < 32 else dtype
 
 
-def normalise_rows(x: Tensor, eps: float = 0.0, centre: bool = True
-                   ) -> tuple[Tensor, Tensor, Tensor]:
-    """The pieces of x / sigma(x), computed without overflow: ``(u, c, r)``.
+def scaled_rows(x: Tensor, eps: float = 0.0, centre: bool = True
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """Each row divided by a power of two near its largest |entry|: ``(u, c, m)``.
 
-    With m the largest |entry| of each row: u = x / m, c = u - mean(u) (``centre``) or
-    u, and r = sqrt(mean(c^2) + eps / m^2), so that x / sqrt(mean(x_c^2) + eps) = u / r
-    (x_c is x centred or not). u, c: (..., d) and r: (..., 1), in float32 for 16-bit
-    inputs. No check is made here: :func:`layer_norm` and friends validate first.
+    u = x / m, exactly (dividing by a power of two only shifts exponents), with
+    1 <= max |u| < 2, so u * u can neither overflow nor underflow; c = u - mean(u) if
+    ``centre``, else u. m: (..., 1); u, c: (..., d), in float32 for 16-bit inputs. The
+    caller adds ``eps / m / m`` to a mean of squares of c (or u): m stays large enough for
+    that to be finite. So x_c / sqrt(mean(x_c^2) + eps) = c / sqrt(mean(c^2) + eps / m^2),
+    bit for bit the unscaled formula's result whenever that one does not overflow.
+    No check is made here: :func:`layer_norm` and friends validate first.
     """
     x = x.to(_compute_dtype(x.dtype))
-    m = x.detach().abs().amax(dim=-1, keepdim=True)   # (..., 1); x / m lies in [-1, 1]
-    m = torch.where(m > 0, m, torch.ones_like(m))      # a zero row stays zero
+    info = torch.finfo(x.dtype)
+    lowest = math.log2(info.tiny)          # m = 2^exponent stays a normal number ...
+    if eps > 0:                            # ... and eps / m^2 stays below max / 16
+        lowest = max(lowest, math.ceil(math.log2(eps / info.max) / 2) + 2)
+    exponent = torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True)))
+    m = torch.exp2(exponent.clamp(lowest, math.floor(math.log2(info.max))))  # (..., 1)
     u = x / m
     c = u - u.mean(dim=-1, keepdim=True) if centre else u
-    # hypot(a, b) = sqrt(a^2 + b^2) without overflow, even when eps / m^2 would overflow
-    r = torch.hypot((c * c).mean(dim=-1, keepdim=True).sqrt(), math.sqrt(eps) / m)
-    return u, c, r
+    return u, c, m
 
 
 def _raise_if_degenerate(c: Tensor, what: str) -> None:
@@ -105,10 +111,12 @@ def scale(x: Tensor, eps: float = 0.0) -> Tensor:
     """
     validate_vectors(x)
     _check_eps(eps)
-    u, _, r = normalise_rows(x, eps, centre=False)
+    d = x.shape[-1]
+    u, _, m = scaled_rows(x, d * eps, centre=False)
     if eps == 0.0:
         _raise_if_degenerate(u, "norm")
-    return (u / r).to(x.dtype)  # sqrt(d) x / sqrt(||x||^2 + d eps) = x / sqrt(mean(x^2) + eps)
+    sq_norm = (u * u).sum(dim=-1, keepdim=True)  # ||x||^2 / m^2
+    return (math.sqrt(d) * u / torch.sqrt(sq_norm + d * eps / m / m)).to(x.dtype)
 
 
 def projection_matrix(d: int, dtype: torch.dtype = torch.float32,
@@ -131,10 +139,11 @@ def layer_norm(x: Tensor, eps: float = 0.0) -> Tensor:
     """
     validate_vectors(x)
     _check_eps(eps)
-    _, c, r = normalise_rows(x, eps, centre=True)  # r: sqrt(var + eps), biased (divide by d)
+    _, c, m = scaled_rows(x, eps, centre=True)
     if eps == 0.0:
         _raise_if_degenerate(c, "variance")
-    return (c / r).to(x.dtype)
+    var = (c * c).mean(dim=-1, keepdim=True)  # biased (divide by d), over m^2
+    return (c / torch.sqrt(var + eps / m / m)).to(x.dtype)
 
 
 def rms_norm(x: Tensor, eps: float = 0.0) -> Tensor:
@@ -177,10 +186,11 @@ class FactorizedLayerNorm(nn.Module):
             raise ValueError(f"the input is on {x.device} but this norm's parameters are "
                              f"on {self.weight.device}; move one with .to(...)")
         if self.scaling:
-            _, y, r = normalise_rows(x, self.eps, centre=self.projection)
+            _, y, m = scaled_rows(x, self.eps, centre=self.projection)
             if self.eps == 0.0 and not x.is_meta:
                 _raise_if_degenerate(y, "variance" if self.projection else "norm")
-            y = y / r
+            # sqrt(d) y / sqrt(||y||^2 + d eps) = y / sqrt(mean(y^2) + eps)
+            y = y * torch.rsqrt((y * y).mean(dim=-1, keepdim=True) + self.eps / m / m)
         elif self.projection:
             y = x.to(_compute_dtype(x.dtype))
             y = y - y.mean(dim=-1, keepdim=True)

@@ -196,3 +196,15 @@ def test_factorized_layer_norm_explains_bad_inputs():
 def test_meta_tensors_are_explained(fn):
     with pytest.raises(ValueError, match="'meta' tensor"):
         fn(torch.zeros(2, 4, device="meta"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_scaling_by_a_power_of_two_changes_no_bit_of_ordinary_results(dtype):
+    x = torch.randn(300, 16, dtype=dtype) * 7 + 3
+    centred = x - x.mean(-1, keepdim=True)
+    var = (centred * centred).mean(-1, keepdim=True)
+    for eps in (0.0, 1e-5):
+        assert torch.equal(layer_norm(x, eps), centred / torch.sqrt(var + eps))
+        assert torch.equal(scale(x, eps), math.sqrt(16) * x / torch.sqrt((x * x).sum(-1, keepdim=True) + 16 * eps))
+    module = FactorizedLayerNorm(16, elementwise_affine=False).to(dtype)
+    assert torch.equal(module(x), centred * torch.rsqrt(var + 1e-5))
