@@ -130,6 +130,11 @@ def test_half_precision_matches_torch(dtype):
     no_proj = FactorizedLayerNorm(4, projection=False).to(dtype)
     torch.testing.assert_close(no_proj(x), ref_rms)
     assert layer_norm(x).dtype == dtype and project(x).dtype == dtype
+    # a large mean against a small spread: the mean must be subtracted in float32
+    offset = (torch.randn(8, 64) + 300).to(dtype)
+    ref = F.layer_norm(offset.double(), (64,)).to(dtype)
+    torch.testing.assert_close(layer_norm(offset), ref)
+    torch.testing.assert_close(FactorizedLayerNorm(64).to(dtype)(offset), ref)
 
 
 def test_gpt_runs_in_half_precision():
