@@ -65,7 +65,8 @@ def scaled_rows(x: Tensor, eps: float = 0.0, centre: bool = True
     """Each row divided by a power of two near its largest |entry|: ``(u, c, m)``.
 
     u = x / m, exactly (dividing by a power of two only shifts exponents), with
-    1 <= max |u| < 2, so u * u can neither overflow nor underflow; c = u - mean(u) if
+    max |u| in [1, 2) (smaller only for rows near the bottom of the float range), so u * u
+    can neither overflow nor underflow; c = u - mean(u) if
     ``centre``, else u. m: (..., 1); u, c: (..., d), in float32 for 16-bit inputs. The
     caller adds ``eps / m / m`` to a mean of squares of c (or u): m stays large enough for
     that to be finite. So x_c / sqrt(mean(x_c^2) + eps) = c / sqrt(mean(c^2) + eps / m^2),
@@ -85,7 +86,7 @@ def scaled_rows(x: Tensor, eps: float = 0.0, centre: bool = True
 
 
 def _raise_if_degenerate(c: Tensor, what: str) -> None:
-    # c is a row divided by its largest |entry|: a row is degenerate when its norm is at
+    # c is a row divided by about its largest |entry|: a row is degenerate when its norm is at
     # the level of floating-point round-off, where normalising it would blow rounding
     # noise up to radius sqrt(d). (For scale, only the zero row: there ||c|| >= 1.)
     d = c.shape[-1]
