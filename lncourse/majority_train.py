@@ -198,11 +198,11 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     opt = _Adam(params, lrs)
     history, start, elapsed = _empty_history(config), 0, 0.0
 
-    state = load_checkpoint(checkpoint_path) if checkpoint_path else None
+    state = load_checkpoint(checkpoint_path, kind="majority") if checkpoint_path else None
     if state is not None:
-        if state.get("kind") != "majority" or state.get("config") != dataclasses.asdict(config):
-            raise ValueError(f"{checkpoint_path} holds another run (a different configuration "
-                             "or trainer); delete it or choose another path")
+        if state.get("config") != dataclasses.asdict(config):
+            raise ValueError(f"{checkpoint_path} holds another run (a different "
+                             "configuration); delete it or choose another path")
         with torch.no_grad():
             for k in params:
                 params[k].copy_(state["params"][k])
@@ -220,10 +220,11 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
 
     def checkpoint(step: int):
         save_checkpoint(checkpoint_path, {
-            "kind": "majority", "config": dataclasses.asdict(config), "step": step,
+            "config": dataclasses.asdict(config), "step": step,
             "history": history, "elapsed": elapsed + time.perf_counter() - t0,
             "params": {k: p.detach().cpu() for k, p in params.items()},
-            "optimizer": opt.state(), "epoch_states": [o.epoch_state for o in orders]})
+            "optimizer": opt.state(), "epoch_states": [o.epoch_state for o in orders]},
+            kind="majority")
 
     if not history["step"]:  # a fresh run (a checkpoint at step 0 already holds it)
         c, y = batch(0)
@@ -336,7 +337,7 @@ PRESETS = {"paper": MajorityConfig.paper, "quick": MajorityConfig.quick,
 
 def _partial_history(config: MajorityConfig, checkpoint: Path) -> dict:
     """The history a checkpoint holds so far, with the weights at its last step."""
-    state = load_checkpoint(checkpoint)
+    state = load_checkpoint(checkpoint, kind="majority")
     if state is None or state.get("config") != dataclasses.asdict(config):
         raise ValueError(f"{checkpoint} holds no checkpoint of this configuration")
     history = state["history"]

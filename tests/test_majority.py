@@ -351,6 +351,11 @@ def test_interrupted_run_resumes_to_the_same_history(tmp_path, crash_at, saved_s
         assert resumed[key] == full[key], key
     with pytest.raises(ValueError, match="holds another run"):
         train(dataclasses.replace(SMALL, lr=2e-3), checkpoint_path=path, show_progress=False)
+    from lncourse.checkpoint import save_checkpoint
+
+    save_checkpoint(path, {"step": 3}, kind="lm")                  # the other trainer's file
+    with pytest.raises(ValueError, match="lm"):
+        train(SMALL, checkpoint_path=path, show_progress=False)
 
 
 def test_a_diverging_run_raises_instead_of_returning_nan():
