@@ -96,3 +96,26 @@ def test_interactive_figure_redraws_on_change():
     assert isinstance(w, widgets.interactive) and calls == [(1.0, 2.0)]
     w.children[0].value = 1.5
     assert calls[-1] == (1.5, 2.0)
+    w = plotting.interactive_figure(draw, a=dict(value=0.7, min=0.5, max=2.0), b=(1.0, 3.0))
+    assert w.children[0].value == 0.7 and calls[-1] == (0.7, 2.0)
+
+
+def test_without_a_front_end_no_widget_is_built(monkeypatch):
+    """LNCOURSE_NO_WIDGETS (the site build, the tests, the grader): the static figure at
+    the controls' starting values, and not one widget constructed."""
+    import ipywidgets as widgets
+    from matplotlib.figure import Figure
+
+    calls = []
+
+    def draw(a, c, b=2.5):
+        calls.append((a, b, c))
+        return plotting.folding_errors([0, 1], {"x": [a, b]})
+
+    monkeypatch.setenv("LNCOURSE_NO_WIDGETS", "1")
+    monkeypatch.setattr(widgets.Widget, "__init__", lambda *a, **k: pytest.fail("a widget"))
+    fig = plotting.interactive_figure(draw, a=dict(value=0.7, min=0, max=1), b=(1.0, 3.0),
+                                      c=["y", "x"])
+    assert isinstance(fig, Figure) and calls == [(0.7, 2.5, "y")]
+    monkeypatch.setenv("LNCOURSE_NO_WIDGETS", "0")
+    assert plotting.widgets_enabled()

@@ -16,7 +16,7 @@ from .nope import (  # noqa: F401
 from .selectability import (  # noqa: F401
     fraction_vs_dimension, keys_hull_2d, layer_fractions, lm_loss_curves, unselectable_heatmaps,
 )
-from .interactive import interactive_figure  # noqa: F401
+from .interactive import interactive_figure, widgets_enabled  # noqa: F401
 from .style import (  # noqa: F401
     COLORS, SERIES, band, blank_figure, figure_and_axes, new_figure, use_style,
 )

@@ -154,8 +154,6 @@ def explore_ln_3d(points):
 
     Returns the widget (end a Jupyter or Colab cell with it). points: (n, 3).
     """
-    import ipywidgets as widgets
-
     points = np.asarray(points, dtype=float)
 
     def draw(elev: float, azim: float, shift: float) -> Figure:
@@ -166,7 +164,6 @@ def explore_ln_3d(points):
 
     return interactive_figure(
         draw,
-        elev=widgets.FloatSlider(value=20, min=-90, max=90, step=5, description="elevation"),
-        azim=widgets.FloatSlider(value=35, min=-180, max=180, step=5, description="azimuth"),
-        shift=widgets.FloatSlider(value=0, min=-3, max=3, step=0.25,
-                                  description="shift along 1"))
+        elev=dict(value=20, min=-90, max=90, step=5, description="elevation"),
+        azim=dict(value=35, min=-180, max=180, step=5, description="azimuth"),
+        shift=dict(value=0, min=-3, max=3, step=0.25, description="shift along 1"))
