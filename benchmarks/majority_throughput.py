@@ -1,5 +1,6 @@
 """Training speed on majority: the fused trainer against the straightforward loop and the
-previous (autograd) multiset formulation, in one run (see lncourse/majority_bench.py).
+previous (autograd) multiset formulation, with and without a tuned allocator, in one run,
+each measurement in a fresh process (see lncourse/majority_bench.py).
 
     python benchmarks/majority_throughput.py                  # the paper's 50 models, batch 6000
     python benchmarks/majority_throughput.py --store          # and write results/majority/throughput.json

@@ -69,3 +69,23 @@ def test_stored_benchmark_losses_replay():
     first_seed = stored["last_loss"]["fused"][::n_seeds]
     np.testing.assert_allclose(out["last_loss"]["fused"], first_seed, rtol=2e-4)
     assert max(stored["max_loss_diff_to_fused"].values()) < 1e-4
+
+
+CHAPTER3 = ("paper", "grid_b500", "grid_b6000", "three_d")
+
+
+@pytest.mark.skipif(not all((RESULTS_DIR / "majority" / f"{n}.json").exists() for n in CHAPTER3),
+                    reason="chapter 3's stored runs are not all there")
+def test_chapter3_conclusions_hold_for_the_stored_runs():
+    """Every statement of chapter 3's conclusion is supported by the stored results."""
+    from lncourse.majority_verdict import claims, grid_cells
+
+    paper, grid_b500, grid_b6000, three_d = (_load(RESULTS_DIR / "majority" / f"{n}.json")
+                                             for n in CHAPTER3)
+    grids = {500: grid_b500, 6000: grid_b6000}
+    assert len(grid_cells(paper, grids)) == 6
+    verdict = claims(paper, grids, three_d)
+    assert [c.key for c in verdict if c.holds is False] == []
+    # a statement may wait only for a run that is still going
+    running = any(r["step"][-1] < r["config"]["steps"] for r in grids.values())
+    assert all(c.holds is not None for c in verdict) or running
