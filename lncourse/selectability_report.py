@@ -145,12 +145,9 @@ def minilm_fractions(cache: dict, mask, n_layers: int) -> dict[str, list[float]]
     """% unselectable per layer of all-MiniLM-L6-v2 in each passage (mean over passages):
     the d = 384 vectors before and after the LayerNorm that attention reads, and each
     head's keys (dh = 32). cache: MiniLM's ``return_cache`` dict; mask: (B, T) bool."""
-    def pre(i):  # the LayerNorm's input (the key's name changed once; accept both)
-        return cache.get(f"layers.{i}.attn_norm_in", cache.get(f"layers.{i}.pre_ln"))
-
     rows = {"before LN (d=384)": [], "after LN (d=384)": [], "per head (dh=32)": []}
     for i in range(n_layers):
-        for name, x in (("before LN (d=384)", pre(i)),
+        for name, x in (("before LN (d=384)", cache[f"layers.{i}.attn_norm_in"]),
                         ("after LN (d=384)", cache[f"layers.{i}.attn_in"])):
             rows[name].append(100 * float(np.mean(
                 [selectability(x[b][mask[b]].double().cpu()).unselectable_fraction
