@@ -15,6 +15,7 @@ d ``d_model``, H heads, dh = d / H. Positions m count from 1.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .modes import scaled
 from .progress import progress as progress_bar
 from .rng import check_seed, generator, seeded
 from .transformer import GPT, TransformerConfig
@@ -84,6 +86,10 @@ class VarianceConfig:
         """The paper's d, H and sigma (so its logits and variances), shorter sequences and
         fewer samples: L = 128, 150 samples."""
         return cls(seq_len=128, n_samples=150)
+
+    def scaled(self, scale: float) -> "VarianceConfig":
+        """As many samples times ``scale`` (at least 4), see :mod:`lncourse.modes`."""
+        return dataclasses.replace(self, n_samples=scaled(self.n_samples, scale, 4))
 
 
 def random_nope_model(d_model: int = 768, n_heads: int = 12, n_layers: int = 1,

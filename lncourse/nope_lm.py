@@ -8,12 +8,14 @@ Shapes: a token stream (N,); windows (B, T); the variance per position (T,).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from .lm import train_lm
+from .modes import scaled
 from .nope import _Moments
 from .rng import check_seed, generator, seeded
 from .text import CharTokenizer, load_shakespeare, sample_batch, split_ids
@@ -46,6 +48,12 @@ class NoPELMConfig:
         """d = 64, 2 layers, windows of 64 characters, 300 steps."""
         return cls(d_model=64, n_heads=4, n_layers=2, block_size=64, steps=300,
                    batch_size=16)
+
+    def scaled(self, scale: float) -> "NoPELMConfig":
+        """Steps and measured windows multiplied by ``scale`` (at least 2 each), see
+        :mod:`lncourse.modes`; the model is unchanged."""
+        return dataclasses.replace(self, steps=scaled(self.steps, scale, 2),
+                                   windows=scaled(self.windows, scale, 2))
 
 
 @torch.no_grad()

@@ -31,13 +31,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .modes import scaled
 from .nope import check_sizes, random_nope_model
 from .progress import progress as progress_bar
 from .results import RESULTS_DIR, provenance, run_started, write_result
 from .rng import check_seed
 
 __all__ = ["ProbeConfig", "sequence_inputs", "probe_features", "train_probes",
-           "probe_positions", "run", "PRESETS", "main"]
+           "probe_positions", "middle_baseline", "data_curve", "run", "PRESETS", "main"]
 
 TRACE_STEPS = 3   # per-layer probe losses of the first steps are kept (the tests replay them)
 
@@ -89,6 +90,16 @@ class ProbeConfig:
         return cls(n_layers=3, seq_len=32, train_seqs=256, eval_seqs=32, positions_per_seq=32,
                    seqs_per_step=8, hidden=32, steps=300, lr=3e-3, seeds=(0,),
                    bidirectional_seeds=(0,))
+
+    def scaled(self, scale: float) -> "ProbeConfig":
+        """Sequences, steps and seeds multiplied by ``scale`` (each at least what the
+        probe needs to run), see :mod:`lncourse.modes`; the model is unchanged."""
+        return dataclasses.replace(
+            self, train_seqs=scaled(self.train_seqs, scale, self.seqs_per_step),
+            eval_seqs=scaled(self.eval_seqs, scale, 2), steps=scaled(self.steps, scale, 2),
+            seeds=self.seeds[:scaled(len(self.seeds), scale)],
+            bidirectional_seeds=self.bidirectional_seeds[
+                :scaled(len(self.bidirectional_seeds), scale)])
 
 
 PRESETS = {"quick": ProbeConfig.quick, "paper": ProbeConfig.paper}
@@ -201,6 +212,23 @@ def probe_positions(cfg: ProbeConfig, seed: int, causal: bool = True,
                     device: torch.device | str = "cpu", progress: bool = False) -> dict:
     """Train the probes on one frozen random model; return ``layers``, ``mae`` (held-out,
     per depth), ``baseline`` (always guess the middle: about T/4) and ``trace``."""
+    feats, pos = _all_features(cfg, seed, causal, device, progress)
+    split = cfg.train_seqs * cfg.positions_per_seq
+    probes, trace = train_probes((feats[:, :split], pos[:split]), cfg, seed)
+    return {"layers": list(range(cfg.n_layers + 1)),
+            "mae": _mae(probes, (feats[:, split:], pos[split:]), cfg.seq_len),
+            "baseline": middle_baseline(cfg.seq_len), "trace": trace}
+
+
+def middle_baseline(seq_len: int) -> float:
+    """MAE of always guessing the middle position: about T / 4 (128 at T = 512)."""
+    middle = (seq_len - 1) / 2
+    return float((torch.arange(seq_len, dtype=torch.float64) - middle).abs().mean())
+
+
+def _all_features(cfg: ProbeConfig, seed: int, causal: bool, device, progress: bool):
+    """The frozen model of ``seed`` and the features of all its training sequences, then
+    its held-out ones: (K + 1, (train + eval) * P, d) and positions."""
     check_seed(seed)
     model = random_nope_model(cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.seq_len,
                               cfg.sigma, causal, seed, device)
@@ -208,15 +236,28 @@ def probe_positions(cfg: ProbeConfig, seed: int, causal: bool = True,
     chunks = [indices[i:i + 16] for i in range(0, len(indices), 16)]
     parts = [probe_features(model, cfg, seed, c) for c in
              progress_bar(chunks, desc="features", disable=not progress)]
-    feats = torch.cat([p[0] for p in parts], 1)
-    pos = torch.cat([p[1] for p in parts])
-    split = cfg.train_seqs * cfg.positions_per_seq
-    probes, trace = train_probes((feats[:, :split], pos[:split]), cfg, seed)
-    middle = (cfg.seq_len - 1) / 2
-    baseline = float((torch.arange(cfg.seq_len, dtype=torch.float64) - middle).abs().mean())
-    return {"layers": list(range(cfg.n_layers + 1)),
-            "mae": _mae(probes, (feats[:, split:], pos[split:]), cfg.seq_len),
-            "baseline": baseline, "trace": trace}
+    return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts])
+
+
+def data_curve(cfg: ProbeConfig, seed: int, sizes, causal: bool = True,
+               device: torch.device | str = "cpu") -> dict:
+    """How the probe's error depends on the data it sees: for each n of ``sizes``, probes
+    trained (``cfg.steps`` steps) on the first n of the ``cfg.train_seqs`` training
+    sequences of one frozen model, measured on the same held-out sequences.
+
+    Returns ``sizes``, ``mae`` [[per depth] per n] and ``baseline``. The features are
+    computed once; n = ``cfg.train_seqs`` reproduces :func:`probe_positions`.
+    """
+    sizes = [int(n) for n in sizes]
+    if not sizes or any(not cfg.seqs_per_step <= n <= cfg.train_seqs for n in sizes):
+        raise ValueError(f"sizes must lie in [seqs_per_step, train_seqs] = "
+                         f"[{cfg.seqs_per_step}, {cfg.train_seqs}], got {sizes}")
+    feats, pos = _all_features(cfg, seed, causal, device, False)
+    P, split = cfg.positions_per_seq, cfg.train_seqs * cfg.positions_per_seq
+    held_out = (feats[:, split:], pos[split:])
+    mae = [_mae(train_probes((feats[:, :n * P], pos[:n * P]), cfg, seed)[0], held_out,
+                cfg.seq_len) for n in sizes]
+    return {"sizes": sizes, "mae": mae, "baseline": middle_baseline(cfg.seq_len)}
 
 
 def run(cfg: ProbeConfig, device: torch.device | str = "cpu", progress: bool = True,

@@ -7,6 +7,7 @@ The exact test itself is :mod:`lncourse.selectability`. Shapes: a key set (n, d)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -16,13 +17,15 @@ import torch
 from scipy.optimize import linprog
 
 from .paper import Reported
+from .modes import scaled
 from .progress import progress as progress_bar
 from .selectability import _as_keys, selectability_batch
 
 __all__ = [
     "PAPER_FIG1C_PROB_ANY", "PAPER_FIG1C_MEAN_FRACTION", "PAPER_TABLE1", "PAPER_TABLE2",
     "GridConfig", "random_key_sets", "unselectable_grid", "paper_cells", "fade_curves",
-    "prefix_fractions", "gaussian_proxy", "norm_cv", "prefix_unselectable_fraction",
+    "prefix_fractions", "gaussian_proxy", "norm_cv", "whitened", "random_directions",
+    "prefix_unselectable_fraction",
     "selectability_lp_baseline", "compare_with_baseline",
 ]
 
@@ -71,6 +74,12 @@ class GridConfig:
         """A coarser grid with 40 runs per cell (about 2 s on one core)."""
         return cls(ns=(5, 10, 20, 30, 40, 50, 60), ds=(3, 4, 5, 6, 8, 10, 12, 15), runs=40,
                    fade_runs=10)
+
+    def scaled(self, scale: float) -> "GridConfig":
+        """The same grid with ``runs`` and ``fade_runs`` multiplied by ``scale`` (at least
+        2 each), see :mod:`lncourse.modes`."""
+        return dataclasses.replace(self, runs=scaled(self.runs, scale, 2),
+                                   fade_runs=scaled(self.fade_runs, scale, 2))
 
 
 def random_key_sets(n: int, d: int, runs: int, seed: int = 123,
@@ -176,17 +185,47 @@ def norm_cv(vectors, whiten: bool = False) -> np.ndarray:
     covariance (an affine map, which keeps the hull's vertices), so that the value can be
     compared with a standard Gaussian's: about 1 / sqrt(2 d) for large n.
     """
+    if whiten:
+        norms = np.stack([np.linalg.norm(X, axis=-1) for X in whitened(vectors)])
+    else:
+        V = _as_keys(vectors, 3, "vectors")
+        norms = np.linalg.norm(V - V.mean(axis=1, keepdims=True), axis=-1)
+    return norms.std(axis=1) / norms.mean(axis=1)
+
+
+def whitened(vectors) -> list[np.ndarray]:
+    """Each set centred and mapped to identity covariance in the span it occupies.
+
+    vectors: (S, n, d) -> S arrays (n, r), r the set's rank (flat directions dropped).
+    An affine map, so it keeps which vectors are hull vertices.
+    """
     V = _as_keys(vectors, 3, "vectors")
     V = V - V.mean(axis=1, keepdims=True)
-    if whiten:
-        out = []
-        for X in V:
-            evals, evecs = np.linalg.eigh(X.T @ X / len(X))
-            keep = evals > 1e-12 * evals.max()          # drop flat directions
-            out.append(X @ evecs[:, keep] / np.sqrt(evals[keep]))
-        V = np.stack(out)
-    norms = np.linalg.norm(V, axis=-1)
-    return norms.std(axis=1) / norms.mean(axis=1)
+    out = []
+    for X in V:
+        evals, evecs = np.linalg.eigh(X.T @ X / len(X))
+        keep = evals > 1e-12 * evals.max()
+        out.append(X @ evecs[:, keep] / np.sqrt(evals[keep]))
+    return out
+
+
+def random_directions(vectors, seed: int = 0) -> np.ndarray:
+    """Keep each whitened vector's length, replace its direction by a uniform random one.
+
+    vectors: (S, n, d) -> (S, n, r). What remains of the sets is exactly the spread of
+    their (whitened) lengths; every arrangement of directions (clusters, lines, repeated
+    tokens) is gone. Gaussian points are unchanged in distribution: their whitened
+    directions are already uniform. The stream comes from ``seed`` alone.
+    """
+    sets = whitened(vectors)
+    if len({X.shape[1] for X in sets}) != 1:
+        raise ValueError("the sets span subspaces of different dimensions; pass sets of "
+                         "equal rank (for example one layer's vectors)")
+    gen = np.random.default_rng(np.random.SeedSequence([int(seed), 7]))
+    X = np.stack(sets)                                            # (S, n, r)
+    u = gen.standard_normal(X.shape)
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)                # uniform directions
+    return u * np.linalg.norm(X, axis=-1, keepdims=True)
 
 
 def prefix_unselectable_fraction(keys, positions=None) -> float:

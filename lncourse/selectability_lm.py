@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from .lm import train_lm
+from .modes import scaled
 from .results import RESULTS_DIR, provenance, run_started, write_result
 from .rng import check_seed, generator, seeded
 from .selectability_experiments import gaussian_proxy, norm_cv, prefix_fractions
@@ -121,6 +122,10 @@ class MiniLMPassages:
     @classmethod
     def quick(cls) -> "MiniLMPassages":
         return cls(passages=3, max_tokens=128)
+
+    def scaled(self, scale: float) -> "MiniLMPassages":
+        """As many passages times ``scale`` (at least 2), see :mod:`lncourse.modes`."""
+        return dataclasses.replace(self, passages=scaled(self.passages, scale, 2))
 
 
 PRESETS = {"quick": KeysLMConfig.quick, "quick_bpe": KeysLMConfig.quick_bpe,

@@ -13,11 +13,12 @@ import numpy as np
 
 from .paper import format_table
 from .selectability import selectability, selectability_batch
-from .selectability_experiments import PAPER_TABLE1, PAPER_TABLE2, norm_cv, random_key_sets
+from .selectability_experiments import (PAPER_TABLE1, PAPER_TABLE2, norm_cv, prefix_fractions,
+                                        random_directions, random_key_sets)
 
 __all__ = ["FULL", "NO_SCALING", "layer_table", "sweep_curves", "proxy_curves",
            "tables_1_2", "diagnostics", "training_curve", "release_differences",
-           "minilm_fractions", "gap_summary"]
+           "minilm_fractions", "gap_summary", "lengths_or_directions"]
 
 FULL, NO_SCALING = "full LayerNorm", "no scaling before attention"
 
@@ -189,3 +190,30 @@ def gap_summary(stored: dict, stored_bpe: dict, fast: dict) -> dict[str, float]:
     out["bpe_chars_per_token"] = stored_bpe["tokenizer"]["chars_per_token"]
     out["bpe_vocab"] = float(stored_bpe["tokenizer"]["vocab_size"])
     return out
+
+
+def lengths_or_directions(result: dict, seed: int = 0) -> dict[str, list[float]]:
+    """Separate the lengths of a run's vectors from their directions, at n = T.
+
+    For Table 1's quantity (ln1 of the model without scaling, 7-D) and Table 2's
+    (resid_pre of the full model, 8-D): % unselectable of the model's own vectors, of the
+    same whitened lengths with uniform random directions
+    (:func:`~lncourse.selectability_experiments.random_directions`), and of Gaussian
+    points (the run's stored proxy); each averaged over layers and contexts.
+    Returns {row label: [own, random directions, Gaussian]}. Re-runs the stored weights.
+    """
+    import torch
+
+    from .selectability_lm import layer_vectors, load_model
+    T = result["config"]["sweep"][-1]
+    contexts = torch.tensor(result["contexts"])
+    rows = {}
+    for label, key, name, dim in ((NO_SCALING, "ln1", "ln1, no scaling (7-D)", 7),
+                                  (FULL, "resid_pre", "resid_pre, full LN (8-D)", 8)):
+        vec = layer_vectors(load_model(result, label), contexts)[key]   # (L, S, T, d)
+        own = np.mean([prefix_fractions(v, [T]).mean() for v in vec])
+        rnd = np.mean([selectability_batch(random_directions(v, seed + i))
+                       .unselectable_fraction.mean() for i, v in enumerate(vec)])
+        gauss = np.mean(result["proxy"][str(dim)][-1])
+        rows[name] = [100 * float(own), 100 * float(rnd), 100 * float(gauss)]
+    return rows

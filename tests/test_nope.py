@@ -4,6 +4,7 @@ import dataclasses
 import math
 
 import matplotlib
+import numpy as np
 import pytest
 import torch
 
@@ -11,6 +12,7 @@ matplotlib.use("Agg")
 
 from lncourse import nope, nope_lemmas, nope_lm, nope_probe  # noqa: E402
 from lncourse.plotting import nope as nope_plots  # noqa: E402
+from lncourse.results import RESULTS_DIR, load_result  # noqa: E402
 from lncourse.rng import SEED_LIMIT  # noqa: E402
 
 D, H, T, N = 256, 4, 64, 120
@@ -303,10 +305,46 @@ def test_plots_return_figures(stats):
             nope_plots.cumulative_attention(stats["mean_weights"]),
             nope_plots.sigma_sweep({0.02: (v, th), 0.2: (v, th)}),
             nope_plots.probe_errors({"causal": ([0, 1], [4.0, 3.0])}, 4.0),
-            nope_plots.final_ln_signal(v, v, v, v),
             nope_plots.probe_errors({"causal": ([0, 1], [4.0, 3.0])}, 4.0,
                                     spread={"causal": [0.1, 0.2]}),
             nope_plots.lemma4_signal(v, v, {"m": [1.0, 2.5], "mean": [1.0, 0.9],
                                             "err": [0.1, 0.05]}, v)]
     for f in figs:
         assert isinstance(f, matplotlib.figure.Figure)
+
+
+# ----------------------------------------------------------------- stored results
+STORED_PROBES = sorted((RESULTS_DIR / "nope").glob("probe_*.json"))
+
+
+@pytest.mark.parametrize("path", STORED_PROBES, ids=[p.stem for p in STORED_PROBES])
+def test_stored_probe_run_replays(path):
+    """The first training steps of the stored run's first causal and bidirectional
+    probes (depths 0 and 1) come out of today's code. Only the sequences those steps
+    draw are passed through the frozen model, and through its first block only."""
+    stored = load_result(path)
+    cfg = nope_probe.ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                    for k, v in stored["config"].items()})
+    assert stored["provenance"]["command"].startswith("python -m lncourse.nope_probe")
+    assert [r["seed"] for r in stored["results"]["causal"]] == list(cfg.seeds)
+    P, steps = cfg.positions_per_seq, nope_probe.TRACE_STEPS
+    for kind, causal in (("causal", True), ("bidirectional", False)):
+        first = stored["results"][kind][0]
+        seed = first["seed"]
+        order = torch.randperm(cfg.train_seqs, generator=torch.Generator().manual_seed(
+            nope_probe._stream_seed(seed, 3)))
+        used = order[:steps * cfg.seqs_per_step].tolist()
+        assert steps * cfg.seqs_per_step <= cfg.train_seqs        # one epoch, no reshuffle
+        model = nope.random_nope_model(cfg.d_model, cfg.n_heads, 1, cfg.seq_len, cfg.sigma,
+                                       causal, seed)
+        f_used, p_used = nope_probe.probe_features(model, cfg, seed, used, n_layers=1)
+        feats = torch.zeros(2, cfg.train_seqs * P, cfg.d_model)
+        pos = torch.zeros(cfg.train_seqs * P, dtype=p_used.dtype)
+        for j, i in enumerate(used):
+            feats[:, i * P:(i + 1) * P] = f_used[:, j * P:(j + 1) * P]
+            pos[i * P:(i + 1) * P] = p_used[j * P:(j + 1) * P]
+        _, trace = nope_probe.train_probes((feats, pos), cfg, seed, steps=steps)
+        np.testing.assert_allclose(np.asarray(trace), np.asarray(first["trace"])[:, :2],
+                                   rtol=1e-4)
+        assert first["baseline"] == nope_probe.middle_baseline(cfg.seq_len)
+        assert len(first["mae"]) == cfg.n_layers + 1

@@ -8,7 +8,8 @@ from scipy.spatial import ConvexHull
 from lncourse.selectability import selectability_batch
 from lncourse.selectability_experiments import (
     PAPER_FIG1C_PROB_ANY, PAPER_TABLE1, GridConfig, compare_with_baseline, fade_curves,
-    gaussian_proxy, norm_cv, paper_cells, prefix_fractions, random_key_sets)
+    gaussian_proxy, norm_cv, paper_cells, prefix_fractions, random_directions, random_key_sets,
+    whitened)
 
 
 def qhull_fraction(K: np.ndarray) -> float:
@@ -55,6 +56,32 @@ def test_norm_cv_whitened_is_affine_invariant_and_gaussian_like():
     # points on a sphere: no variation at all
     S = V / np.linalg.norm(V - V.mean(1, keepdims=True), axis=-1, keepdims=True)
     assert norm_cv(S - S.mean(1, keepdims=True)).max() < 0.05
+
+
+def test_random_directions_keep_lengths_and_remove_structure():
+    V = random_key_sets(400, 8, 3, seed=3)
+    A = np.random.default_rng(1).normal(size=(8, 8))
+    W = whitened(V @ A + 1.0)
+    np.testing.assert_allclose(np.stack(W).reshape(-1, 8).T @ np.stack(W).reshape(-1, 8)
+                               / (3 * 400), np.eye(8), atol=1e-8)
+    R = random_directions(V @ A + 1.0, seed=0)
+    np.testing.assert_allclose(np.linalg.norm(R, axis=-1), np.linalg.norm(np.stack(W), axis=-1))
+    # Gaussian points: random directions change nothing in distribution
+    g = selectability_batch(V).unselectable_fraction.mean()
+    r = selectability_batch(R).unselectable_fraction.mean()
+    assert abs(g - r) < 0.04
+    # points on the moment curve (t, t^2, t^3) are all hull vertices, whatever their
+    # lengths: their directions are the structure, and random directions put many inside
+    t = np.linspace(0.1, 3.0, 60)[None, :, None].repeat(2, 0)
+    curve = np.concatenate([t, t ** 2, t ** 3], axis=-1)
+    assert selectability_batch(curve).unselectable_fraction.max() == 0
+    assert selectability_batch(random_directions(curve)).unselectable_fraction.mean() > 0.2
+    # a flat direction is dropped, and sets of different rank are refused
+    flat = V[:, :, :3].copy()
+    flat[:, :, 2] = flat[:, :, 0]
+    assert random_directions(flat).shape == (3, 400, 2)
+    with pytest.raises(ValueError, match="different dimensions"):
+        random_directions(np.concatenate([flat, V[:, :, :3]]))
 
 
 def test_random_key_sets_streams_do_not_alias():

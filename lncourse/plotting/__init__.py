@@ -11,7 +11,7 @@ from .majority import (  # noqa: F401
     steps_to_accuracy,
 )
 from .nope import (  # noqa: F401
-    cumulative_attention, final_ln_signal, lemma4_signal, probe_errors, sigma_sweep,
+    cumulative_attention, lemma4_signal, probe_errors, sigma_sweep,
     variance_loglog,
 )
 from .selectability import (  # noqa: F401

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from .style import COLORS, SERIES, figure_and_axes
 
 __all__ = ["variance_loglog", "cumulative_attention", "sigma_sweep", "probe_errors",
-           "final_ln_signal", "lemma4_signal"]
+           "lemma4_signal"]
 
 
 def variance_loglog(measured, theory, corrected=None, labels: dict | None = None,
@@ -108,35 +108,6 @@ def probe_errors(results: dict, baseline: float, paper: dict | None = None,
     return fig
 
 
-def final_ln_signal(resid, ln_mean, ln_spread, predicted_spread=None,
-                    predicted_label: str = "Lemma 4", ax: Axes | None = None) -> Figure:
-    """Before and after the final LayerNorm: mean variance and its spread over dimensions.
-
-    resid, ln_mean, ln_spread, predicted_spread: (T,). Two panels: ``ax`` is two axes,
-    or None for a new figure.
-    """
-    fig, axes = figure_and_axes(ax, 2, width=9.0, height=3.6)
-    m = np.arange(1, len(resid) + 1)
-    axes[0].plot(m, np.asarray(resid, dtype=float), color=COLORS["none"], label="x + o")
-    axes[0].plot(m, np.asarray(ln_mean, dtype=float), color=COLORS["layernorm"],
-                 label="LN(x + o)")
-    axes[0].set_xscale("log")
-    axes[0].set_yscale("log")
-    axes[0].set_xlabel("position m")
-    axes[0].set_ylabel("variance, averaged over dimensions")
-    axes[0].legend()
-    axes[1].plot(m, np.asarray(ln_spread, dtype=float), color=COLORS["layernorm"],
-                 label="measured")
-    if predicted_spread is not None:
-        axes[1].plot(m, np.asarray(predicted_spread, dtype=float), color=COLORS["theory"],
-                     ls="--", label=predicted_label)
-    axes[1].set_xscale("log")
-    axes[1].set_xlabel("position m")
-    axes[1].set_ylabel("spread of the variance over dimensions")
-    axes[1].legend()
-    return fig
-
-
 def lemma4_signal(resid, ln_mean, amplitude: dict, predicted, ax=None) -> Figure:
     """The final LayerNorm erases the shrinkage but keeps Lemma 4's pattern (two panels).
 
@@ -145,11 +116,7 @@ def lemma4_signal(resid, ln_mean, amplitude: dict, predicted, ax=None) -> Figure
     ``m``, ``mean``, ``err`` arrays) with error bars, against the prediction
     ``predicted`` (T,). ``ax``: two axes.
     """
-    if ax is None:
-        fig, axes = new_figure(1, 2, width=9.0, height=3.6)
-    else:
-        axes = np.atleast_1d(ax)
-        fig = axes[0].figure
+    fig, axes = figure_and_axes(ax, 2, width=9.0, height=3.6)
     m = np.arange(1, len(resid) + 1)
     axes[0].plot(m, np.asarray(resid, dtype=float), color=COLORS["none"], label="x + o")
     axes[0].plot(m, np.asarray(ln_mean, dtype=float), color=COLORS["layernorm"],

@@ -152,13 +152,9 @@ def fraction_vs_context(ns, panels: dict, proxy: dict | None = None, ax=None) ->
     drawn dashed in black. ``ax``: one axes per panel (a multi-panel figure).
     """
     n_panels = len(panels)
-    if ax is None:
-        fig, axes = new_figure(1, n_panels, width=4.8 * n_panels, height=3.8, sharey=True,
-                               squeeze=False)
-        axes = axes[0]
-    else:
-        axes = np.atleast_1d(ax)
-        fig = axes[0].figure
+    fig, axes = figure_and_axes(ax, n_panels, width=4.8 * n_panels, height=3.8,
+                                sharey=True, squeeze=False)
+    axes = np.atleast_1d(axes).ravel()
     palette = [COLORS["layernorm"], COLORS["no_scaling"], COLORS["no_projection"],
                COLORS["projected"]]
     for a, (title, series) in zip(axes, panels.items()):
@@ -182,10 +178,7 @@ def fraction_vs_context(ns, panels: dict, proxy: dict | None = None, ax=None) ->
 
 def fraction_vs_step(steps, series: dict, ax: Axes | None = None) -> Figure:
     """Unselectable fraction (%) at each evaluation step, one line per label."""
-    if ax is None:
-        fig, ax = new_figure(width=5.6, height=3.4)
-    else:
-        fig = ax.figure
+    fig, ax = figure_and_axes(ax, width=5.6, height=3.4)
     for label, values in series.items():
         ax.plot(steps[:len(values)], values, marker="o", ms=3, label=label)
     ax.set_xlabel("training step")
