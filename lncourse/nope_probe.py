@@ -38,7 +38,7 @@ from .results import RESULTS_DIR, provenance, run_started, write_result
 from .rng import check_seed
 
 __all__ = ["ProbeConfig", "sequence_inputs", "probe_features", "train_probes",
-           "probe_positions", "middle_baseline", "data_curve", "run", "PRESETS", "main"]
+           "probe_positions", "middle_baseline", "data_curve", "run", "summarize", "PRESETS", "main"]
 
 TRACE_STEPS = 3   # per-layer probe losses of the first steps are kept (the tests replay them)
 
@@ -276,6 +276,18 @@ def run(cfg: ProbeConfig, device: torch.device | str = "cpu", progress: bool = T
             if on_done is not None:
                 on_done(results)
     return results
+
+
+def summarize(results: dict) -> dict[str, dict]:
+    """Per kind (causal, bidirectional) of a :func:`run`: ``layers``, ``mae`` (mean over
+    seeds, per depth), ``std`` (over seeds; None for one seed), ``seeds``, ``baseline``."""
+    out = {}
+    for kind, runs in results.items():
+        mae = np.array([r["mae"] for r in runs])                    # (seeds, K + 1)
+        out[kind] = {"layers": runs[0]["layers"], "mae": mae.mean(0).tolist(),
+                     "std": mae.std(0, ddof=1).tolist() if len(runs) > 1 else None,
+                     "seeds": len(runs), "baseline": runs[0]["baseline"]}
+    return out
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -313,6 +313,44 @@ def test_plots_return_figures(stats):
         assert isinstance(f, matplotlib.figure.Figure)
 
 
+def test_data_curve_ends_at_the_full_probe_and_refuses_bad_sizes():
+    cfg = _tiny_probe(train_seqs=64, n_layers=1, steps=40)
+    full = nope_probe.probe_positions(cfg, seed=0)
+    curve = nope_probe.data_curve(cfg, 0, [16, 64])
+    assert curve["sizes"] == [16, 64] and curve["baseline"] == full["baseline"]
+    assert curve["mae"][-1] == full["mae"]
+    assert curve["mae"][0] != full["mae"]
+    with pytest.raises(ValueError, match="sizes must lie in"):
+        nope_probe.data_curve(cfg, 0, [8])          # fewer than seqs_per_step
+    with pytest.raises(ValueError, match="sizes must lie in"):
+        nope_probe.data_curve(cfg, 0, [65])
+
+
+def test_summarize_means_and_spreads_over_seeds():
+    runs = {"causal": [{"layers": [0, 1], "mae": [4.0, 2.0], "baseline": 4.0},
+                       {"layers": [0, 1], "mae": [4.0, 3.0], "baseline": 4.0}],
+            "bidirectional": [{"layers": [0, 1], "mae": [4.0, 4.0], "baseline": 4.0}]}
+    s = nope_probe.summarize(runs)
+    assert s["causal"]["mae"] == [4.0, 2.5] and s["causal"]["seeds"] == 2
+    assert s["causal"]["std"] == pytest.approx([0.0, math.sqrt(0.5)])
+    assert s["bidirectional"]["std"] is None
+
+
+def test_configs_scale_down_and_keep_the_model():
+    from lncourse.modes import scaled  # noqa: F401  (the rule the presets follow)
+    p = nope_probe.ProbeConfig.paper().scaled(0.01)
+    assert (p.d_model, p.n_layers, p.seq_len, p.sigma) == (768, 12, 512, 0.02)
+    assert p.seeds == (0,) and p.bidirectional_seeds == (0,)
+    assert p.train_seqs >= p.seqs_per_step and p.steps >= 2
+    assert nope_probe.ProbeConfig.paper().scaled(1.0) == nope_probe.ProbeConfig.paper()
+    v = nope.VarianceConfig.paper().scaled(0.01)
+    assert (v.d_model, v.seq_len, v.n_samples) == (768, 512, 5)
+    lm = nope_lm.NoPELMConfig.paper().scaled(0.01)
+    assert lm.steps == 30 and lm.d_model == 256
+    with pytest.raises(ValueError, match="SCALE must lie in"):
+        nope.VarianceConfig.paper().scaled(2.0)
+
+
 # ----------------------------------------------------------------- stored results
 STORED_PROBES = sorted((RESULTS_DIR / "nope").glob("probe_*.json"))
 

@@ -116,3 +116,13 @@ def test_grid_presets_and_fade():
     curves = fade_curves(GridConfig(fade_ds=(2, 6, 30), fade_ns=(30,), fade_runs=5))
     assert curves[30][0] > curves[30][1] >= curves[30][2] == 0.0
     assert quick.runs < 100
+
+
+def test_grid_and_passages_scale_down():
+    from lncourse.selectability_lm import MiniLMPassages
+    g = GridConfig.paper().scaled(0.01)
+    assert (g.ns, g.ds, g.runs, g.fade_runs) == (GridConfig().ns, GridConfig().ds, 2, 2)
+    assert GridConfig.paper().scaled(1.0) == GridConfig.paper()
+    assert MiniLMPassages.paper().scaled(0.01).passages == 2
+    with pytest.raises(ValueError, match="SCALE must lie in"):
+        GridConfig.paper().scaled(0.0)

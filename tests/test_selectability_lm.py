@@ -7,6 +7,7 @@ weights, so a stored result cannot drift from the code that is said to produce i
 
 import copy
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from lncourse.lm import TRACE_STEPS, evaluate_lm, train_lm
 from lncourse.results import RESULTS_DIR, load_result
 from lncourse.selectability import selectability_batch
 from lncourse.selectability_experiments import prefix_fractions
-from lncourse.selectability_lm import (VARIANTS, KeysLMConfig, build_model, held_out_contexts,
+from lncourse.selectability_lm import (PRESETS, VARIANTS, KeysLMConfig, build_model, held_out_contexts,
                                        layer_vectors, load_model, measure_model, run, tokenized)
 
 TINY = dataclasses.replace(KeysLMConfig.quick(), text_chars=100_000, block_size=48,
@@ -147,3 +148,19 @@ def test_stored_result_matches_the_code(path):
             got = prefix_fractions(vec[key][0], cfg.sweep[:2])[0]
             want = [result["models"][lab]["sweep"][q][0][0][j] for j in range(2)]
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("path", STORED, ids=[p.stem for p in STORED])
+def test_stored_result_is_its_preset(path):
+    """Each stored file is its named preset of today's code (the chapter compares the BPE
+    run with the build's character run as 'the same configuration but the tokens')."""
+    result = load_result(path)
+    preset = path.stem.removeprefix("lm_")
+    want = json.loads(json.dumps(dataclasses.asdict(PRESETS[preset]())))
+    assert result["config"] == want
+    assert f"--preset {preset}" in result["provenance"]["command"]
+    if preset == "quick_bpe":
+        quick = dataclasses.asdict(KeysLMConfig.quick())
+        assert {k: v for k, v in want.items() if k != "tokenizer"} == \
+            {k: list(v) if isinstance(v, tuple) else v for k, v in quick.items()
+             if k != "tokenizer"}
