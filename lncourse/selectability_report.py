@@ -13,7 +13,7 @@ import numpy as np
 
 from .paper import format_table
 from .selectability import selectability, selectability_batch
-from .selectability_experiments import (PAPER_TABLE1, PAPER_TABLE2, norm_cv, prefix_fractions,
+from .selectability_experiments import (PAPER_TABLE1, PAPER_TABLE2, norm_cv,
                                         random_directions, random_key_sets)
 
 __all__ = ["FULL", "NO_SCALING", "layer_table", "sweep_curves", "proxy_curves",
@@ -167,7 +167,9 @@ def gap_summary(stored: dict, stored_bpe: dict, fast: dict) -> dict[str, float]:
     ``*_n``: at context length n of the stored character run; ``bpe_*``: the BPE run at
     its largest n; ``fast_*``: this build's run at its largest n; ``proxy7_n``,
     ``proxy8_n``: Gaussian points; ``t1_step0``, ``t1_final``: the tracked fraction
-    before and after training (stored run, n = its largest).
+    before and after training (stored run, n = its largest); ``gap_at_128``,
+    ``context_gain``, ``gap_at_longest``: Table 1's mean minus ours at n = 128, what
+    going from n = 128 to the stored run's largest n adds, and what remains there.
     """
     out = {"paper_t1": float(np.mean(PAPER_TABLE1["without scaling"])),
            "paper_t2": float(np.mean(PAPER_TABLE2["before LayerNorm"]))}
@@ -187,7 +189,13 @@ def gap_summary(stored: dict, stored_bpe: dict, fast: dict) -> dict[str, float]:
         series = track[f"{NO_SCALING}, ln1"]
         out["t1_step0"], out["t1_final"] = series[0], series[-1]
         out["track_final_step"] = float(steps[-1])
+    ns = list(stored["config"]["sweep"])
+    if 128 in ns:   # the build's former context against the paper's, in points of %
+        out["gap_at_128"] = out["paper_t1"] - out["t1_128"]
+        out["context_gain"] = out[f"t1_{ns[-1]}"] - out["t1_128"]
+        out["gap_at_longest"] = out["paper_t1"] - out[f"t1_{ns[-1]}"]
     out["bpe_chars_per_token"] = stored_bpe["tokenizer"]["chars_per_token"]
+
     out["bpe_vocab"] = float(stored_bpe["tokenizer"]["vocab_size"])
     return out
 
@@ -205,13 +213,13 @@ def lengths_or_directions(result: dict, seed: int = 0) -> dict[str, list[float]]
     import torch
 
     from .selectability_lm import layer_vectors, load_model
-    T = result["config"]["sweep"][-1]
     contexts = torch.tensor(result["contexts"])
     rows = {}
     for label, key, name, dim in ((NO_SCALING, "ln1", "ln1, no scaling (7-D)", 7),
                                   (FULL, "resid_pre", "resid_pre, full LN (8-D)", 8)):
         vec = layer_vectors(load_model(result, label), contexts)[key]   # (L, S, T, d)
-        own = np.mean([prefix_fractions(v, [T]).mean() for v in vec])
+        own = np.asarray(result["models"][label]["sweep"][
+            "after" if key == "ln1" else "before"])[:, :, -1].mean()      # stored, n = T
         rnd = np.mean([selectability_batch(random_directions(v, seed + i))
                        .unselectable_fraction.mean() for i, v in enumerate(vec)])
         gauss = np.mean(result["proxy"][str(dim)][-1])

@@ -110,6 +110,14 @@ def test_report_helpers(tiny_run):
     assert "Gaussian proxy (7-D)" in report.diagnostics(tiny_run)
     steps, track = report.training_curve(tiny_run)
     assert steps == [0, 3, 6] and len(track[f"{report.NO_SCALING}, ln1"]) == 3
+    rows = report.lengths_or_directions(tiny_run, seed=0)
+    assert set(rows) == {"ln1, no scaling (7-D)", "resid_pre, full LN (8-D)"}
+    own_t1 = np.asarray(tiny_run["models"][report.NO_SCALING]["sweep"]["after"])[:, :, -1]
+    assert rows["ln1, no scaling (7-D)"][0] == pytest.approx(100 * own_t1.mean())
+    assert rows["ln1, no scaling (7-D)"][2] == pytest.approx(
+        100 * np.mean(tiny_run["proxy"]["7"][-1]))
+    assert all(0 <= v <= 100 for r in rows.values() for v in r)
+    assert report.lengths_or_directions(tiny_run, seed=0) == rows        # seeded
 
 
 # ----------------------------------------------------------------- stored results
