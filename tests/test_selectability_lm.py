@@ -106,7 +106,8 @@ def test_config_refuses_bad_values(kw, match):
 def test_report_helpers(tiny_run):
     table = report.tables_1_2({"tiny": tiny_run})
     assert "paper (Table 1)" in table and "51.0" in table
-    assert "release" in report.release_differences()
+    table = report.release_differences(tiny_run, tiny_run, tiny_run)
+    assert "release" in table and f"{TINY.steps} steps, batch {TINY.batch_size}" in table
     assert "Gaussian proxy (7-D)" in report.diagnostics(tiny_run)
     steps, track = report.training_curve(tiny_run)
     assert steps == [0, 3, 6] and len(track[f"{report.NO_SCALING}, ln1"]) == 3
