@@ -36,6 +36,7 @@ class NoPELMConfig:
     batch_size: int = 32
     lr: float = 3e-3
     windows: int = 256          # text windows for the variance across windows
+    eval_batches: int = 8       # batches per loss evaluation (5 evaluations per run)
     seed: int = 0
 
     @classmethod
@@ -50,9 +51,11 @@ class NoPELMConfig:
                    batch_size=16)
 
     def scaled(self, scale: float) -> "NoPELMConfig":
-        """Steps and measured windows multiplied by ``scale`` (at least 2 each), see
-        :mod:`lncourse.modes`; the model is unchanged."""
+        """Steps, batch, evaluation batches and measured windows multiplied by ``scale``
+        (at least 2, 4, 1 and 2), see :mod:`lncourse.modes`; the model is unchanged."""
         return dataclasses.replace(self, steps=scaled(self.steps, scale, 2),
+                                   batch_size=scaled(self.batch_size, scale, 4),
+                                   eval_batches=scaled(self.eval_batches, scale, 1),
                                    windows=scaled(self.windows, scale, 2))
 
 
@@ -106,7 +109,8 @@ def train_nope_lm(cfg: NoPELMConfig, device: torch.device | str = "cpu",
     before = trained_lm_variance(model, test_ids, **measure)
     history = train_lm(model, train_ids, test_ids, steps=cfg.steps,
                        batch_size=cfg.batch_size, block_size=cfg.block_size, lr=cfg.lr,
-                       eval_every=max(cfg.steps // 5, 1), seed=cfg.seed, device=device,
+                       eval_every=max(cfg.steps // 5, 1), eval_batches=cfg.eval_batches,
+                       seed=cfg.seed, device=device,
                        progress=progress)
     after = trained_lm_variance(model, test_ids, **measure)
     return {"before": before, "after": after, "history": history, "model": model}

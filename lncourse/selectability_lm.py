@@ -106,6 +106,17 @@ class KeysLMConfig:
                    eval_every=50, contexts=8, track_contexts=0, sweep=(32, 64, 128, 256),
                    proxy_runs=8)
 
+    def scaled(self, scale: float) -> "KeysLMConfig":
+        """Steps, evaluations, measured contexts and proxy sets multiplied by ``scale``
+        (at least 2, 1, 2 and 2), see :mod:`lncourse.modes`; model and context unchanged."""
+        contexts = scaled(self.contexts, scale, 2)
+        return dataclasses.replace(
+            self, steps=scaled(self.steps, scale, 2),
+            eval_every=scaled(self.eval_every, scale, 1),
+            eval_batches=scaled(self.eval_batches, scale, 1), contexts=contexts,
+            track_contexts=min(self.track_contexts, contexts),
+            proxy_runs=scaled(self.proxy_runs, scale, 2))
+
 
 @dataclass(frozen=True)
 class MiniLMPassages:

@@ -346,7 +346,7 @@ def test_configs_scale_down_and_keep_the_model():
     v = nope.VarianceConfig.paper().scaled(0.01)
     assert (v.d_model, v.seq_len, v.n_samples) == (768, 512, 5)
     lm = nope_lm.NoPELMConfig.paper().scaled(0.01)
-    assert lm.steps == 30 and lm.d_model == 256
+    assert (lm.steps, lm.batch_size, lm.eval_batches, lm.d_model) == (30, 4, 1, 256)
     with pytest.raises(ValueError, match="SCALE must lie in"):
         nope.VarianceConfig.paper().scaled(2.0)
 

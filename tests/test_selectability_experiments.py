@@ -124,5 +124,9 @@ def test_grid_and_passages_scale_down():
     assert (g.ns, g.ds, g.runs, g.fade_runs) == (GridConfig().ns, GridConfig().ds, 2, 2)
     assert GridConfig.paper().scaled(1.0) == GridConfig.paper()
     assert MiniLMPassages.paper().scaled(0.01).passages == 2
+    from lncourse.selectability_lm import KeysLMConfig
+    lm = KeysLMConfig.quick().scaled(0.01)
+    assert (lm.steps, lm.contexts, lm.block_size, lm.sweep) == (3, 2, 256, KeysLMConfig.quick().sweep)
+    assert KeysLMConfig.quick().scaled(1.0) == KeysLMConfig.quick()
     with pytest.raises(ValueError, match="SCALE must lie in"):
         GridConfig.paper().scaled(0.0)
