@@ -204,6 +204,9 @@ def gap_summary(stored: dict, stored_bpe: dict, fast: dict) -> dict[str, float]:
         out["gap_at_128"] = out["paper_t1"] - out["t1_128"]
         out["context_gain"] = out[f"t1_{ns[-1]}"] - out["t1_128"]
         out["gap_at_longest"] = out["paper_t1"] - out[f"t1_{ns[-1]}"]
+    for name, res in (("bpe_", stored_bpe), ("fast_", fast)):   # distinct tokens at n = T
+        sweep = next(iter(res["models"].values()))["sweep"]
+        out[f"{name}distinct"] = float(np.mean([c[-1] for c in sweep["distinct"]]))
     out["bpe_chars_per_token"] = stored_bpe["tokenizer"]["chars_per_token"]
 
     out["bpe_vocab"] = float(stored_bpe["tokenizer"]["vocab_size"])

@@ -111,6 +111,9 @@ def test_report_helpers(tiny_run):
     assert "Gaussian proxy (7-D)" in report.diagnostics(tiny_run)
     steps, track = report.training_curve(tiny_run)
     assert steps == [0, 3, 6] and len(track[f"{report.NO_SCALING}, ln1"]) == 3
+    gap_keys = report.gap_summary(tiny_run, tiny_run, tiny_run)
+    assert gap_keys["bpe_distinct"] == gap_keys["fast_distinct"] == pytest.approx(
+        np.mean([c[-1] for c in tiny_run["models"][report.FULL]["sweep"]["distinct"]]))
     rows = report.lengths_or_directions(tiny_run, seed=0)
     assert set(rows) == {"ln1, no scaling (7-D)", "resid_pre, full LN (8-D)"}
     own_t1 = np.asarray(tiny_run["models"][report.NO_SCALING]["sweep"]["after"])[:, :, -1]

@@ -28,7 +28,7 @@ def test_readme_lists_every_stored_result():
     readme = (RESULTS_DIR / "README.md").read_text()
     listed = set(re.findall(r"`([\w/.-]+\.json)`", readme))
     stored = {str(p.relative_to(RESULTS_DIR)) for p in RESULTS_DIR.glob("*/*.json")
-              if p.parent.name != "checkpoints"}        # runs under way keep notes there
+              if p.parent.name != "checkpoints"}      # a resumable run's bookkeeping
     assert stored <= listed, f"not in results/README.md: {sorted(stored - listed)}"
     assert listed <= stored, f"listed but missing: {sorted(listed - stored)}"
 
