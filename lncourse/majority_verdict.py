@@ -57,7 +57,8 @@ def _paired(per_seed: dict[str, np.ndarray], a: str, b: str):
 def grid_cells(paper: dict, grids: dict[int, dict],
                metric: str = "steps_to_90") -> dict[tuple[int, float], tuple[dict, int]]:
     """The sensitivity grid, cell by cell: (batch, lr) -> (variant -> ``metric`` per seed,
-    for the 2 x 2 design; the cell's last step). grids: batch size -> the stored grid run;
+    for the 2 x 2 design; the last step its run reached, 0 for a run not yet started).
+    grids: batch size -> the stored grid run;
     the cell of the paper's own setting comes from the paper run's first 5 seeds (the same
     models: same seeds, same batches)."""
     cells = {}
@@ -69,10 +70,10 @@ def grid_cells(paper: dict, grids: dict[int, dict],
                 n = len(run["config"]["seeds"])
                 values = ST.per_seed(paper, metric, variants=tuple(ST.DESIGN))
                 cells[(batch, lr)] = ({v: x[:n] for v, x in values.items()},
-                                      paper["config"]["steps"])
+                                      int(paper["step"][-1]))
             else:
                 cells[(batch, lr)] = (ST.per_seed(run, metric, lr=lr, variants=tuple(ST.DESIGN)),
-                                      run["config"]["steps"])
+                                      int(run["step"][-1]))
     return cells
 
 
@@ -164,7 +165,9 @@ def claims(paper: dict, grids: dict[int, dict], three_d: dict) -> list[Claim]:
 
     # 8. Robust to the regime: the sensitivity grid.
     rows, robust = [], True
-    for (batch, lr), (values, _) in grid_cells(paper, grids).items():
+    for (batch, lr), (values, last) in grid_cells(paper, grids).items():
+        if last == 0:
+            continue                      # not started: nothing to report yet
         e = ST.factorial_effects(values)
         robust &= e["scale"][2] < 0 and e["projection"][1] > NEGLIGIBLE * e["scale"][0]
         rows.append(f"batch {batch}, lr {lr:g}: scale {e['scale'][0]:+,.0f}, "
