@@ -22,9 +22,26 @@ import torch
 __all__ = ["RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
            "load_result", "describe"]
 
-# results/ at the root of a checkout; LNCOURSE_RESULTS points elsewhere (a Colab copy).
-RESULTS_DIR = Path(os.environ.get("LNCOURSE_RESULTS",
-                                  Path(__file__).resolve().parent.parent / "results"))
+
+
+def _results_dir() -> Path:
+    """Where stored results live: ``$LNCOURSE_RESULTS`` if set; else ``results/`` of the
+    checkout this package runs from; else the copy installed with the package (the
+    ``lncourse_results`` package, which is ``results/`` shipped in the wheel, so that a
+    Colab reader who pip-installs the course has the stored results too)."""
+    if os.environ.get("LNCOURSE_RESULTS"):
+        return Path(os.environ["LNCOURSE_RESULTS"])
+    checkout = Path(__file__).resolve().parent.parent / "results"
+    if checkout.is_dir():
+        return checkout
+    try:
+        import lncourse_results
+    except ImportError:
+        return checkout
+    return Path(next(iter(lncourse_results.__path__)))
+
+
+RESULTS_DIR = _results_dir()
 
 
 def _git_commit() -> str:
@@ -110,7 +127,7 @@ def load_result(name: str | os.PathLike) -> dict:
     if not path.exists():
         raise FileNotFoundError(
             f"no stored result at {path}. results/README.md lists the command that writes "
-            "it; on Colab, set LNCOURSE_RESULTS to a copy of the repository's results/.")
+            f"it (LNCOURSE_RESULTS, if set, says where results are read: {RESULTS_DIR}).")
     result = json.loads(path.read_text())
     if "provenance" not in result:
         raise ValueError(f"{path} has no provenance record; it is not a stored result")
