@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -6,6 +7,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LNCOURSE_DEVICE", "cpu")
+sys.path.insert(0, str(ROOT / "scripts"))   # the build tools (editions.py) are not in lncourse
 
 
 @pytest.fixture(autouse=True)
