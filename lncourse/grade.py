@@ -120,7 +120,10 @@ def _grade_exercise(job: _Job) -> Outcome:
 
 def _checker(job: _Job, conn) -> None:
     """The process that grades one exercise (its own process group, with the learner's)."""
+    import torch
+
     os.setpgid(0, 0)
+    torch.set_num_threads(1)       # processes run side by side: one core each
     conn.send(_grade_exercise(job))
     conn.close()
 

@@ -9,8 +9,8 @@ import jupytext
 import pytest
 
 from conftest import ROOT
-from editions import (EXERCISE_HEADER, _Context, build_editions, chapter_exercises,
-                      chapter_sources, myst_to_markdown, read_book, stub_solution)
+from editions import EXERCISE_HEADER, build_editions, stub_solution
+from myst import Context, chapter_exercises, chapter_sources, myst_to_markdown, read_book
 from lncourse import checks
 from lncourse.exercises import CHAPTERS, chapter as exercise_chapter
 
@@ -31,7 +31,7 @@ def test_stub_keeps_signature_and_docstring():
 
 
 def convert(md: str, chapter: int = 3) -> str:
-    return myst_to_markdown(md, _Context(chapter, BOOK))
+    return myst_to_markdown(md, Context(chapter, BOOK))
 
 
 def test_directives_become_plain_markdown():

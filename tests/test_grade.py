@@ -11,7 +11,8 @@ import pytest
 
 from answers import WRONG
 from conftest import ROOT
-from editions import build_editions, read_book
+from editions import build_editions
+from myst import read_book
 from lncourse.exercises import CHAPTERS, chapter as find_chapter
 from lncourse.grade import feedback, grade, write_csv
 from lncourse.submission import program_for, read_submission

@@ -9,7 +9,8 @@ import pytest
 from jupyter_client.manager import KernelManager
 
 from conftest import ROOT
-from editions import build_editions, chapter_sources
+from editions import build_editions
+from myst import chapter_sources
 
 CHAPTERS = chapter_sources(ROOT)
 SITE_PAGES = ROOT / "_build" / "html" / "book"
