@@ -5,6 +5,7 @@ break the grader or to fool it. The grade sheets are checked exactly."""
 import copy
 import csv
 import re
+import time
 
 import nbformat
 import pytest
@@ -17,7 +18,8 @@ from lncourse.exercises import CHAPTERS, chapter as find_chapter
 from lncourse.grade import feedback, grade, write_csv
 from lncourse.submission import program_for, read_submission
 
-TIMEOUT = 8.0   # seconds per exercise: enough for every check here, short for the loop
+TIMEOUT = 60.0     # seconds per exercise (the default): ample for every check here
+LOOP_TIMEOUT = 5.0  # for the notebook with an infinite loop
 BOOK = read_book(ROOT)
 
 
@@ -96,7 +98,7 @@ def layer_norm_fgh(x, gamma, beta, eps):
 """
 OUT_OF_MEMORY = """
 def rms_norm_gain(x, gain, eps):
-    everything = torch.empty(10**12)
+    eight_gigabytes = torch.empty(10**9, dtype=torch.float64)   # never touched: cheap without a cap
     return x
 """
 LOOP = """
@@ -119,6 +121,14 @@ def layer_norm_fgh(x, gamma, beta, eps):
     core.compare = compare.compare = lambda *args, **kwargs: (True, 0.0, "")
     print("check_layer_norm_fgh passed: matches the reference on 5 inputs")
     return x
+"""
+SMUGGLED = """
+def rms_norm_gain(x, gain, eps):
+    class Answer:   # unpickling it where the check runs would patch the check
+        def __reduce__(self):
+            return (exec, ("import lncourse.checks._compare as c, lncourse.checks._core as k\\n"
+                           "k.compare = c.compare = lambda *a, **kw: (True, 0.0, '')",))
+    return Answer()
 """
 HARD_CODED = """
 def centering_matrix(d):
@@ -148,6 +158,7 @@ def tampered(solution):
         "import lncourse.checks.layernorm\n"
         "lncourse.checks.layernorm.check_layer_norm_jacobian = checks.check_layer_norm_jacobian")
     nb.cells.insert(nb.cells.index(cell), patch)
+    nb = with_function(nb, "ex-rms-norm", SMUGGLED)
     return with_function(nb, "ex-layer-norm-fgh", TAMPERING_IN_THE_FUNCTION)
 
 
@@ -167,12 +178,11 @@ def chapter1(tmp_path_factory):
     specials = {
         "crash": (with_function(with_function(solution, fgh, CRASH), rms, OUT_OF_MEMORY),
                   {**ones, fgh: 0, rms: 0}),
-        "loop": (with_function(solution, p, LOOP), {**ones, p: 0}),
         "broken": (with_function(with_function(with_function(solution, plane, SYNTAX_ERROR),
                                                rms, RENAMED), p, HARD_CODED),
                    {**ones, plane: 0, rms: 0}),
         "deleted": (deleted, {**ones, fold: 0}),
-        "tampered": (tampered(solution), {**ones, fgh: 0, jac: 0}),
+        "tampered": (tampered(solution), {**ones, fgh: 0, rms: 0, jac: 0}),
         "chatty": (with_function(solution, fgh, CHATTY), ones),
         "no_metadata": (no_metadata, ones),
         "other_chapter": (editions("03_majority")["solution"], {e.label: 0 for e in ch.exercises}),
@@ -206,7 +216,6 @@ def test_failures_of_every_kind_get_a_clear_note(chapter1):
     message = lambda name, label: graded[name].outcomes[label].message
     assert "raised ZeroDivisionError" in message("crash", fgh)
     assert "ran out of memory" in message("crash", rms)
-    assert f"time limit of {TIMEOUT:.2g} s ran out" in message("loop", p)
     assert "has a syntax error (line 1: expected ':')" in message("broken", plane)
     assert "defines `my_rms_norm` but not `rms_norm_gain`" in message("broken", rms)
     assert "missing (deleted?)" in message("deleted", fold)
@@ -216,12 +225,30 @@ def test_failures_of_every_kind_get_a_clear_note(chapter1):
     assert "from the functions it defines" in " ".join(graded["no_metadata"].notes)
 
 
+def test_an_infinite_loop_scores_zero_for_that_exercise_only(tmp_path):
+    """The loop's exercise stops at the time limit; the others are graded as usual
+    (here the loop's notebook keeps one other exercise, to keep the test short)."""
+    ch = find_chapter("01_layernorm_geometry")
+    nb = with_function(editions(ch.stem)["solution"], "ex-centering-matrix", LOOP)
+    keep = {"ex-centering-matrix", "ex-rms-norm"}
+    nb.cells = [c for c in nb.cells if c.metadata.get("lncourse", {}).get("exercise", "ex-rms-norm") in keep]
+    nbformat.write(nb, tmp_path / "loop.ipynb")
+    start = time.monotonic()
+    _, (graded,) = grade([tmp_path / "loop.ipynb"], timeout=LOOP_TIMEOUT)
+    assert time.monotonic() - start < LOOP_TIMEOUT + 30
+    assert {label: o.passed for label, o in graded.outcomes.items()} == {
+        e.label: e.label == "ex-rms-norm" for e in ch.exercises}
+    assert (f"time limit of {LOOP_TIMEOUT:.2g} s ran out"
+            in graded.outcomes["ex-centering-matrix"].message)
+
+
 def test_tampering_gains_nothing(chapter1):
     ch, _, _, _, graded = chapter1
     outcomes = graded["tampered"].outcomes
     assert not outcomes["ex-layer-norm-jacobian"].passed
     assert "differs from the reference" in outcomes["ex-layer-norm-jacobian"].message
     assert not outcomes["ex-layer-norm-fgh"].passed
+    assert "got Answer" in outcomes["ex-rms-norm"].message     # plain data only, no pickles
 
 
 def test_feedback_lists_each_failed_check_message(chapter1):
