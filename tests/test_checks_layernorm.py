@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from torch.nn.functional import layer_norm as normalise
 
 from answers import RIGHT, WRONG
 from conftest import assert_check_passes, raised_message
@@ -91,13 +92,20 @@ def test_a_more_accurate_answer_passes_where_float32_is_off():
     checks.check_layer_norm_fgh(layer_norm_fgh)
 
 
+def layer_norm_by_another_name(x, gamma, beta, eps):
+    return normalise(x, x.shape[-1:], gamma, beta, eps)   # a global, as in a notebook
+
+
 def test_forbidden_call_is_caught_under_another_name():
-    from torch.nn.functional import layer_norm as normalise
+    from torch.nn.functional import layer_norm as normalise_here
 
     with pytest.raises(AssertionError, match="called torch.nn.functional.layer_norm"):
-        checks.check_layer_norm_fgh(lambda x, gamma, beta, eps: normalise(
+        checks.check_layer_norm_fgh(layer_norm_by_another_name)
+    with pytest.raises(AssertionError, match="called torch.nn.functional.layer_norm"):
+        checks.check_layer_norm_fgh(lambda x, gamma, beta, eps: normalise_here(
             x, x.shape[-1:], gamma, beta, eps))
-    # and the call is restored afterwards
+    # and the call is restored afterwards, under every name
+    assert normalise is torch.nn.functional.layer_norm
     assert torch.nn.functional.layer_norm(torch.ones(1, 2), (2,)).shape == (1, 2)
 
 
