@@ -136,6 +136,7 @@ def _run(jobs: list[_Job], workers: int) -> list[Outcome]:
     results: dict[int, Outcome] = {}
     pending = list(enumerate(jobs))
     running: dict[int, tuple] = {}
+    finished: list = []
     while pending or running:
         while pending and len(running) < workers:
             i, job = pending.pop(0)
@@ -164,10 +165,13 @@ def _run(jobs: list[_Job], workers: int) -> list[Outcome]:
                 outcome = Outcome(False, f"grading this exercise took more than "
                                          f"{jobs[i].timeout + MARGIN:.0f} s and was stopped")
             if outcome is not None:
-                process.join(5)
                 receive.close()
                 results[i] = outcome
+                finished.append(process)       # reaped below, without waiting for it here
                 del running[i]
+        finished = [p for p in finished if p.is_alive()]
+    for process in finished:
+        process.join(5)
     return [results[i] for i in range(len(jobs))]
 
 
