@@ -1,96 +1,58 @@
-"""Training throughput on majority: the batched trainer against the straightforward loop.
+"""Training speed on majority: the fused trainer against the straightforward loop and the
+previous (autograd) multiset formulation, with and without a tuned allocator, in one run,
+each measurement in a fresh process (see lncourse/majority_bench.py).
 
-The straightforward loop trains one released model (an ``nn.TransformerEncoderLayer``,
-token by token) after another, each with its own Adam. The batched trainer stacks the
-weights of all of them and runs one step on class counts
-(:func:`lncourse.majority.multiset_forward`). Both see the same data in the same batch
-size; the script reports model-steps per second and their ratio, measured in one run,
-alternating the two so that a noisy neighbour on a shared machine hits both alike.
-
-    python benchmarks/majority_throughput.py --seeds 10 --batch-size 1000 --steps 20
+    python benchmarks/majority_throughput.py                  # the paper's 50 models, batch 6000
+    python benchmarks/majority_throughput.py --store          # and write results/majority/throughput.json
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 from lncourse import majority as M
-from lncourse.device import default_device
-from lncourse.majority_train import initial_model
-
-
-def straightforward(models, tokens, labels, batches, device) -> float:
-    """Seconds to train each model on its batches (n_steps, B), one model after another."""
-    start = time.perf_counter()
-    for model, own_batches in zip(models, batches):
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        for idx in own_batches:
-            x, y = tokens[idx], labels[idx]
-            logits = model(x)                                         # (B, T, C)
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                   y[:, None].expand_as(x).reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
-def batched(models, counts, labels, batches, device) -> float:
-    """Seconds to train all models together; batches: (n_models, n_steps, B)."""
-    variants = tuple(m.variant for m in models)
-    params = {k: t.to(device).requires_grad_() for k, t in M.stack_params(models).items()}
-    opt = torch.optim.Adam(list(params.values()), lr=1e-3)
-    start = time.perf_counter()
-    for step in range(batches.shape[1]):
-        idx = batches[:, step]                                         # (M, B)
-        loss = M.multiset_loss(*M.multiset_forward(params, counts[idx], variants), labels[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.sum().backward()
-        opt.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
+from lncourse.majority_bench import METHODS, compare
+from lncourse.results import RESULTS_DIR, provenance, write_result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=1000)
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=6000)
+    parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variant", default="layernorm")
+    parser.add_argument("--straightforward-models", type=int, default=None,
+                        help="time only the first N models of the slow loop, scaled to all")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--store", action="store_true",
+                        help="write results/majority/throughput.json with provenance")
     args = parser.parse_args()
-    device = default_device()
-    tokens, labels = M.make_dataset(seed=0)
-    counts = M.class_counts(tokens, 20)
-    tokens, labels, counts = tokens.to(device), labels.to(device), counts.to(device)
-    gen = torch.Generator().manual_seed(0)
-    # every seed draws its own batches, as in the trainer
-    batches = torch.stack([torch.stack([torch.randperm(len(labels), generator=gen)[:args.batch_size]
-                                        for _ in range(args.steps)])
-                           for _ in range(args.seeds)]).to(device)   # (seeds, steps, B)
-    config = M.MajorityConfig()
-    model_steps = args.seeds * args.steps
-    slow, fast = [], []
-    for _ in range(args.rounds):  # alternate: both suffer the same background load
-        models = [initial_model(args.variant, s, config).to(device) for s in range(args.seeds)]
-        slow.append(straightforward(models, tokens, labels, batches, device))
-        models = [initial_model(args.variant, s, config) for s in range(args.seeds)]
-        fast.append(batched(models, counts, labels, batches, device))
-    t_slow, t_fast = min(slow), min(fast)
-    print(f"device {device}, {torch.get_num_threads()} threads, {args.seeds} seeds, batch "
-          f"{args.batch_size}, {args.steps} steps, best of {args.rounds} rounds")
-    print(f"straightforward loop (nn.TransformerEncoderLayer, one model at a time): "
-          f"{model_steps / t_slow:8.1f} model-steps/s")
-    print(f"batched trainer (stacked weights, class counts):                  "
-          f"{model_steps / t_fast:8.1f} model-steps/s")
-    print(f"ratio: {t_slow / t_fast:.1f}x")
+    start = time.perf_counter()
+    out = compare(n_seeds=args.seeds, variants=M.VARIANTS + M.CONTROL_VARIANTS,
+                  batch_size=args.batch_size, steps=args.steps, rounds=args.rounds,
+                  methods=tuple(args.methods), device=args.device,
+                  straightforward_models=args.straightforward_models)
+    s = out["seconds_per_step"]
+    print(f"{out['n_models']} models ({args.seeds} seeds x {len(out['variants'])} variants), "
+          f"batch {args.batch_size}, {args.steps} steps, best of {args.rounds} rounds, "
+          f"{out['device']}, {out['threads']} threads")
+    for method in args.methods:
+        ratio = f"{s[method] / s['fused']:6.1f}x the fused step" if "fused" in s else ""
+        diff = out["max_loss_diff_to_fused"].get(method)
+        print(f"  {method:16s} {s[method]:8.3f} s per step  {ratio}"
+              + (f"   loss differs by {diff:.1e}" if diff is not None else ""))
+    if args.store:
+        command = "python benchmarks/majority_throughput.py " + " ".join(sys.argv[1:])
+        out["config"] = {k: out[k] for k in ("n_models", "n_seeds", "variants", "batch_size",
+                                             "steps", "rounds", "straightforward_models")}
+        out["provenance"] = provenance(args.device, time.perf_counter() - start,
+                                       command=command)
+        print("wrote", write_result(RESULTS_DIR / "majority" / "throughput.json", out))
 
 
 if __name__ == "__main__":

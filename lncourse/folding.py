@@ -6,17 +6,22 @@ For LN(x) = P x / sigma(x) * gamma + beta followed by a linear map y = W z + b:
 
 with P = I - 11^T/d and sigma(x) = sqrt(var(x) + eps) the standard deviation of the
 centred x. TransformerLens calls this ``fold_layer_norm``; ``center_writing_weights`` is
-its companion on the writing side.
+its companion on the writing side. Shapes: x (..., d); W (d_out, d), as in ``nn.Linear``.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 
-from .layernorm import FactorizedLayerNorm, projection_matrix, validate_vectors
+from .attention import attention_scores, split_heads
+from .layernorm import (FactorizedLayerNorm, _check_eps, _raise_if_degenerate, scaled_rows,
+                        projection_matrix, validate_vectors)
 
-__all__ = ["fold_layer_norm", "divide_by_std", "center_writing_weights"]
+__all__ = ["fold_layer_norm", "divide_by_std", "center_writing_weights",
+           "folded_attention_scores"]
 
 
 def _ln_parts(ln: nn.Module) -> tuple[int, Tensor | None, Tensor | None, float]:
@@ -32,17 +37,38 @@ def _ln_parts(ln: nn.Module) -> tuple[int, Tensor | None, Tensor | None, float]:
     raise TypeError(f"expected nn.LayerNorm or FactorizedLayerNorm, got {type(ln).__name__}")
 
 
+def _check_linear(linear: nn.Module, what: str) -> None:
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"{what} needs an nn.Linear (weight of shape (d_out, d)), got "
+                        f"{type(linear).__name__}; a 1x1 Conv1d or GPT-2's Conv1D (weight "
+                        "(d, d_out)) must first be rewritten as an nn.Linear")
+
+
 def divide_by_std(x: Tensor, eps: float = 0.0) -> Tensor:
     """x / sigma(x) with sigma(x) = sqrt(var(x - mean x) + eps): what the folded map reads.
 
-    Note: x itself is *not* centred; the folded weights do the centring.
+    x: (..., d) -> (..., d). Note: x itself is *not* centred; the folded weights do the
+    centring. They cancel the mean of x / sigma(x) only up to rounding, so a row whose
+    mean is huge against its spread (a nearly constant row) gives a ``RuntimeWarning``.
     """
     validate_vectors(x)
-    centred = x - x.mean(dim=-1, keepdim=True)
-    var = (centred * centred).mean(dim=-1, keepdim=True)
-    if eps == 0.0 and bool((var == 0).any()):
-        raise ValueError("a row has zero variance and eps=0: x / sigma(x) is undefined")
-    return x / torch.sqrt(var + eps)
+    _check_eps(eps)
+    u, c, m = scaled_rows(x, eps, centre=True)  # x = m u, exactly; no square overflows
+    sigma = torch.sqrt((c * c).mean(dim=-1, keepdim=True) + eps / m / m)  # sigma(x) / m
+    if eps == 0.0:
+        _raise_if_degenerate(c, "variance")
+    # Relative to the result, the folded weights' rounding error is about
+    # eps_mach * |mean| / sigma: warn once that costs more than half the digits.
+    ratio = (u.mean(dim=-1, keepdim=True) / sigma).abs()
+    limit = torch.finfo(x.dtype).eps ** -0.5
+    if bool((ratio > limit).any()):
+        warnings.warn(
+            f"{int((ratio > limit).sum())} row(s) of x have a mean more than {limit:.0f} "
+            "times their standard deviation (nearly constant rows): x / sigma(x) is huge "
+            "along 1, and the folded weights cancel that only up to rounding, so more "
+            "than half the digits of the result are lost. Centre x first or use eps > 0.",
+            RuntimeWarning, stacklevel=2)
+    return (u / sigma).to(x.dtype)
 
 
 @torch.no_grad()
@@ -53,11 +79,17 @@ def fold_layer_norm(ln: nn.Module, linear: nn.Linear) -> nn.Linear:
     b' = W beta + b. Neither input module is modified.
     """
     d, gamma, beta, _ = _ln_parts(ln)
+    _check_linear(linear, "fold_layer_norm")
     if linear.in_features != d:
         raise ValueError(f"the linear map reads {linear.in_features} features but the "
                          f"LayerNorm produces {d}")
-    W = linear.weight  # (out, d)
+    W = linear.weight  # (d_out, d)
     dtype, device = W.dtype, W.device
+    for name, p in (("gamma", gamma), ("beta", beta)):
+        if p is not None and (p.dtype, p.device) != (dtype, device):
+            raise ValueError(f"the LayerNorm's {name} is {p.dtype} on {p.device} but the "
+                             f"linear map's weight is {dtype} on {device}; convert one, "
+                             f"e.g. ln.to({dtype}) or linear.to({p.dtype})")
     gamma = gamma if gamma is not None else torch.ones(d, dtype=dtype, device=device)
     beta = beta if beta is not None else torch.zeros(d, dtype=dtype, device=device)
     b = linear.bias if linear.bias is not None else torch.zeros(linear.out_features,
@@ -76,6 +108,7 @@ def center_writing_weights(linear: nn.Linear) -> nn.Linear:
     A LayerNorm that reads ``resid + linear(z)`` cannot tell the difference, because it
     projects out the mean anyway.
     """
+    _check_linear(linear, "center_writing_weights")
     d = linear.out_features
     P = projection_matrix(d, dtype=linear.weight.dtype, device=linear.weight.device)
     out = nn.Linear(linear.in_features, d, bias=linear.bias is not None,
@@ -84,3 +117,19 @@ def center_writing_weights(linear: nn.Linear) -> nn.Linear:
     if linear.bias is not None:
         out.bias.copy_(P @ linear.bias)
     return out
+
+
+@torch.no_grad()
+def folded_attention_scores(ln: nn.Module, W_Q: nn.Linear, W_K: nn.Linear, x: Tensor,
+                            n_heads: int, causal: bool = False,
+                            key_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Queries and attention scores from x / sigma(x), with ``ln`` folded into W_Q and W_K.
+
+    x: (B, T, d), the vectors *before* the LayerNorm. Returns q (B, H, T, dh) and the
+    scores (B, H, T, T), which equal those computed from ln(x) with the original weights
+    (-inf where ``causal`` or ``key_mask`` hides a key).
+    """
+    x_hat = divide_by_std(x, ln.eps)                                   # (B, T, d)
+    q = split_heads(fold_layer_norm(ln, W_Q)(x_hat), n_heads)          # (B, H, T, dh)
+    k = split_heads(fold_layer_norm(ln, W_K)(x_hat), n_heads)          # (B, H, T, dh)
+    return q, attention_scores(q, k, causal, key_mask)                 # (B, H, T, T)

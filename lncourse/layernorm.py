@@ -9,6 +9,12 @@ For x in R^d (the last axis of a tensor):
 
 ``layer_norm(x) = g(f(x))`` (no affine), ``rms_norm(x) = g(x)`` (no projection).
 Shapes: every function maps ``(..., d) -> (..., d)``.
+
+Numerics: float16 and bfloat16 inputs are computed in float32 and the result is cast
+back, and every row is divided by a power of two near its largest |entry| before
+anything is squared. So no square overflows (300 in float16, 2e19 in float32) or
+underflows (1e-30) into a norm of infinity or zero; and since dividing by a power of two
+only shifts exponents, every other input gives exactly the unscaled formula's result.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "project", "scale", "projection_matrix", "layer_norm", "rms_norm",
-    "FactorizedLayerNorm", "validate_vectors",
+    "FactorizedLayerNorm", "validate_vectors", "scaled_rows",
 ]
 
 
@@ -29,6 +35,9 @@ def validate_vectors(x: Tensor, name: str = "x") -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}; "
                         f"convert with torch.as_tensor({name}, dtype=torch.float32)")
+    if x.is_meta:
+        raise ValueError(f"{name} is a 'meta' tensor: it has a shape but no values to "
+                         "normalise. Create it on a real device ('cpu' or 'cuda').")
     if not x.is_floating_point():
         raise TypeError(f"{name} has dtype {x.dtype}; LayerNorm needs a floating dtype "
                         f"(use {name}.float())")
@@ -42,28 +51,58 @@ def validate_vectors(x: Tensor, name: str = "x") -> None:
 
 
 def _check_eps(eps: float) -> None:
-    if not (eps >= 0.0 and math.isfinite(eps)):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+    if not (isinstance(eps, (int, float)) and eps >= 0.0 and math.isfinite(eps)):
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
 
 
-def _raise_if_degenerate(x: Tensor, sq_norm: Tensor, what: str) -> None:
-    # A row is degenerate when its norm is at the level of floating-point round-off of
-    # its entries: normalising it would blow rounding noise up to radius sqrt(d).
-    d = x.shape[-1]
-    tiny = (d * torch.finfo(x.dtype).eps * x.abs().amax(dim=-1)) ** 2
-    bad = sq_norm <= tiny
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for the 16-bit floats (whose squares overflow at 256), else ``dtype``."""
+    return torch.float32 if torch.finfo(dtype).bits < 32 else dtype
+
+
+def scaled_rows(x: Tensor, eps: float = 0.0, centre: bool = True
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """Each row divided by a power of two near its largest |entry|: ``(u, c, m)``.
+
+    u = x / m, exactly (dividing by a power of two only shifts exponents), with
+    max |u| in [1, 2) (smaller only for rows near the bottom of the float range), so u * u
+    can neither overflow nor underflow; c = u - mean(u) if
+    ``centre``, else u. m: (..., 1); u, c: (..., d), in float32 for 16-bit inputs. The
+    caller adds ``eps / m / m`` to a mean of squares of c (or u): m stays large enough for
+    that to be finite. So x_c / sqrt(mean(x_c^2) + eps) = c / sqrt(mean(c^2) + eps / m^2),
+    bit for bit the unscaled formula's result whenever that one does not overflow.
+    No check is made here: :func:`layer_norm` and friends validate first.
+    """
+    x = x.to(_compute_dtype(x.dtype))
+    info = torch.finfo(x.dtype)
+    lowest = math.log2(info.tiny)          # m = 2^exponent stays a normal number ...
+    if eps > 0:                            # ... and eps / m^2 stays below max / 16
+        lowest = max(lowest, math.ceil(math.log2(eps / info.max) / 2) + 2)
+    exponent = torch.floor(torch.log2(x.detach().abs().amax(dim=-1, keepdim=True)))
+    m = torch.exp2(exponent.clamp(lowest, math.floor(math.log2(info.max))))  # (..., 1)
+    u = x / m
+    c = u - u.mean(dim=-1, keepdim=True) if centre else u
+    return u, c, m
+
+
+def _raise_if_degenerate(c: Tensor, what: str) -> None:
+    # c is a row divided by about its largest |entry|: a row is degenerate when its norm is at
+    # the level of floating-point round-off, where normalising it would blow rounding
+    # noise up to radius sqrt(d). (For scale, only the zero row: there ||c|| >= 1.)
+    d = c.shape[-1]
+    bad = (c * c).sum(dim=-1) <= (d * torch.finfo(c.dtype).eps) ** 2
     if bad.any():
-        n_bad = int(bad.sum())
         raise ValueError(
-            f"{n_bad} row(s) have zero {what} (for example a constant row), and eps=0: "
-            "dividing by it is undefined. Pass eps > 0 (torch uses 1e-5) or remove "
+            f"{int(bad.sum())} row(s) have zero {what} (for example a constant row), and "
+            "eps=0: dividing by it is undefined. Pass eps > 0 (torch uses 1e-5) or remove "
             "those rows.")
 
 
 def project(x: Tensor) -> Tensor:
     """Centre ``x`` over its last axis: f(x) = x - mean(x), i.e. P x with P = I - 11^T/d."""
     validate_vectors(x)
-    return x - x.mean(dim=-1, keepdim=True)
+    xc = x.to(_compute_dtype(x.dtype))
+    return (xc - xc.mean(dim=-1, keepdim=True)).to(x.dtype)
 
 
 def scale(x: Tensor, eps: float = 0.0) -> Tensor:
@@ -74,17 +113,21 @@ def scale(x: Tensor, eps: float = 0.0) -> Tensor:
     validate_vectors(x)
     _check_eps(eps)
     d = x.shape[-1]
-    sq_norm = (x * x).sum(dim=-1, keepdim=True)
+    u, _, m = scaled_rows(x, d * eps, centre=False)
     if eps == 0.0:
-        _raise_if_degenerate(x, sq_norm.squeeze(-1), "norm")
-    return math.sqrt(d) * x / torch.sqrt(sq_norm + d * eps)
+        _raise_if_degenerate(u, "norm")
+    sq_norm = (u * u).sum(dim=-1, keepdim=True)  # ||x||^2 / m^2
+    return (math.sqrt(d) * u / torch.sqrt(sq_norm + d * eps / m / m)).to(x.dtype)
 
 
 def projection_matrix(d: int, dtype: torch.dtype = torch.float32,
                       device: torch.device | str | None = None) -> Tensor:
     """P = I - 1 1^T / d, shape (d, d): the orthogonal projection onto 1's complement."""
-    if not isinstance(d, int) or d < 2:
+    if not isinstance(d, int) or isinstance(d, bool) or d < 2:
         raise ValueError(f"d must be an integer >= 2, got {d!r}")
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating dtype, got {dtype}: P has entries "
+                        f"-1/{d}, which an integer dtype rounds to 0 (leaving the identity)")
     eye = torch.eye(d, dtype=dtype, device=device)
     return eye - torch.full((d, d), 1.0 / d, dtype=dtype, device=device)
 
@@ -97,11 +140,11 @@ def layer_norm(x: Tensor, eps: float = 0.0) -> Tensor:
     """
     validate_vectors(x)
     _check_eps(eps)
-    centred = x - x.mean(dim=-1, keepdim=True)
-    var = (centred * centred).mean(dim=-1, keepdim=True)  # biased: divide by d
+    _, c, m = scaled_rows(x, eps, centre=True)
     if eps == 0.0:
-        _raise_if_degenerate(x, var.squeeze(-1) * x.shape[-1], "variance")
-    return centred / torch.sqrt(var + eps)
+        _raise_if_degenerate(c, "variance")
+    var = (c * c).mean(dim=-1, keepdim=True)  # biased (divide by d), over m^2
+    return (c / torch.sqrt(var + eps / m / m)).to(x.dtype)
 
 
 def rms_norm(x: Tensor, eps: float = 0.0) -> Tensor:
@@ -116,6 +159,8 @@ class FactorizedLayerNorm(nn.Module):
     paper's "LayerNorm without projection", sqrt(d) x / ||x|| (which is RMSNorm);
     ``scaling=False`` is "without scaling", x - mean(x); both off is the identity. The
     affine map gamma * y + beta follows when ``elementwise_affine``. (..., d) -> (..., d).
+    Like ``nn.LayerNorm`` it runs in half precision (computing in float32 inside) and
+    does not inspect values, except with ``eps = 0``, where a zero row raises.
     """
 
     def __init__(self, d: int, projection: bool = True, scaling: bool = True,
@@ -133,16 +178,28 @@ class FactorizedLayerNorm(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[-1] != self.d:
-            raise ValueError(f"expected last axis {self.d}, got shape {tuple(x.shape)}")
-        if self.projection:
-            x = x - x.mean(dim=-1, keepdim=True)
+        """x: (..., d) -> (..., d), in x's dtype."""
+        if not isinstance(x, Tensor) or x.dim() == 0 or x.shape[-1] != self.d:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"expected a tensor whose last axis has {self.d} entries, "
+                             f"got {shape}")
+        if self.weight is not None and x.device != self.weight.device:
+            raise ValueError(f"the input is on {x.device} but this norm's parameters are "
+                             f"on {self.weight.device}; move one with .to(...)")
         if self.scaling:
-            # sqrt(d) x / sqrt(||x||^2 + d eps) = x / sqrt(mean(x^2) + eps)
-            x = x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + self.eps)
+            _, y, m = scaled_rows(x, self.eps, centre=self.projection)
+            if self.eps == 0.0 and not x.is_meta:
+                _raise_if_degenerate(y, "variance" if self.projection else "norm")
+            # sqrt(d) y / sqrt(||y||^2 + d eps) = y / sqrt(mean(y^2) + eps)
+            y = y * torch.rsqrt((y * y).mean(dim=-1, keepdim=True) + self.eps / m / m)
+        elif self.projection:
+            y = x.to(_compute_dtype(x.dtype))
+            y = y - y.mean(dim=-1, keepdim=True)
+        else:
+            y = x
         if self.weight is not None:
-            x = x * self.weight + self.bias
-        return x
+            y = y * self.weight + self.bias
+        return y.to(x.dtype)
 
     def extra_repr(self) -> str:
         return (f"{self.d}, projection={self.projection}, scaling={self.scaling}, "

@@ -26,7 +26,7 @@ __all__ = [
     "VARIANTS", "CONTROL_VARIANTS", "READING_VARIANTS", "INTERVENTION_VARIANTS",
     "ALL_VARIANTS", "PARAM_NAMES", "NORM_OF", "make_dataset", "stratified_split",
     "class_counts", "norm1", "MajorityModel", "get_params", "set_params", "stack_params",
-    "effective_queries", "query_angles", "hand_built_model",
+    "effective_queries", "query_angles", "attention_uniformity", "hand_built_model",
 ]
 
 # The norm in front of attention, in the paper's four versions. "no_projection" is the
@@ -294,6 +294,24 @@ def query_angles(queries: Tensor) -> Tensor:
     return torch.rad2deg(torch.atan2(across, along.abs()))
 
 
+def attention_uniformity(W_E: Tensor, W_in: Tensor, variant: str, counts: Tensor,
+                         gain: Tensor | float = 1.0) -> tuple[float, float]:
+    """How far one model's attention is from uniform over the positions, on sequences
+    given by their class counts: the total-variation distance 1/2 sum_j |a_ij - c_bj/T|
+    averaged over tokens, and the standard deviation of the scores S_ij.
+
+    W_E: (C, d), W_in: (3d, d), counts: (B, C). Computed in float64.
+    """
+    h = gain * norm1(W_E.double(), variant)                           # (C, d)
+    W_Q, W_K, _ = W_in.double().chunk(3)
+    S = (h @ W_Q.T) @ (h @ W_K.T).T / math.sqrt(W_E.shape[-1])       # (C_i, C_j)
+    c = counts.double()                                               # (B, C)
+    a = torch.softmax(S.unsqueeze(0) + c.log().unsqueeze(1), dim=-1)  # (B, C_i, C_j)
+    u = (c / c.sum(1, keepdim=True)).unsqueeze(1)                     # (B, 1, C_j)
+    tv = 0.5 * (a - u).abs().sum(-1)                                  # (B, C_i)
+    return float((tv * c).sum() / c.sum()), float(S.std())
+
+
 # -------------------------------------------------------- a solution built by hand
 def hand_built_model(n_classes: int = 20, alpha: float = 20.0) -> MajorityModel:
     """A ``layernorm`` model with d = C + 1 that solves majority without training.
@@ -318,6 +336,6 @@ def hand_built_model(n_classes: int = 20, alpha: float = 20.0) -> MajorityModel:
         "W_O": alpha * torch.eye(d), "b_O": torch.zeros(d),
         "W_1": torch.zeros(d, d), "b_1": torch.zeros(d),
         "W_2": torch.zeros(d, d), "b_2": torch.zeros(d),
-        "ln2_w": torch.ones(d), "ln2_b": torch.zeros(d),
+        "ln2_w": torch.ones(d), "ln2_b": torch.zeros(d), "n1_gain": torch.ones(()),
     }
     return set_params(model, params)

@@ -8,7 +8,8 @@ losses, so this is the same as training each model alone; :func:`train_single` d
 exactly that, token by token, with the released ``nn.TransformerEncoderLayer`` and
 ``torch.optim.Adam``, and the tests compare the two.
 
-From Python, ``train(MajorityConfig.quick())``; from the command line, a preset written to
+From Python, ``train(MajorityConfig.quick())`` (see :mod:`lncourse.majority_config`);
+from the command line, a preset written to
 ``results/majority/<preset>.json`` with its provenance (resumable from a checkpoint)::
 
     python -m lncourse.majority_train --preset paper
@@ -18,130 +19,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
-import numbers
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from . import majority as M
 from . import multiset as MS
+from .majority_config import MajorityConfig
 from .checkpoint import load_checkpoint, save_checkpoint
 from .progress import progress
 from .results import RESULTS_DIR, provenance, run_started, write_result
 
-__all__ = ["PAPER_SEEDS", "MajorityConfig", "initial_model", "train", "train_single",
-           "history_arrays", "PRESETS", "main"]
+__all__ = ["MajorityConfig", "initial_model", "train", "train_single", "PRESETS", "main"]
 
-PAPER_SEEDS = (11, 123, 42, 9, 456, 4, 5, 6, 7, 8)   # the released scripts' seeds
 TRACE_STEPS = 25   # every step's loss is kept for the first steps (what the tests replay)
-
-
-def _int(name: str, value, low: int, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low \
-            or (high is not None and value >= high):
-        bound = f" and < {high}" if high is not None else ""
-        raise ValueError(f"{name} must be an integer >= {low}{bound}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class MajorityConfig:
-    """One majority run: data, model, optimisation, and which models train side by side.
-
-    The models are every (learning rate, variant, seed) triple; models of the same seed
-    start from the same weights and see the same batches, so comparisons are paired.
-    """
-
-    n_samples: int = 100_000
-    seq_len: int = 50
-    n_classes: int = 20
-    min_margin: int = 6             # largest class beats the second by this many tokens
-    d_model: int = 8
-    lr: float | tuple[float, ...] = 1e-3   # several: a grid trained side by side
-    batch_size: int = 6000
-    steps: int = 14_000             # 1,000 epochs of ceil(80,008 / 6,000) = 14 steps
-    schedule_epochs: int = 10_000   # the linear decay is set for 10,000 epochs (release)
-    eval_every: int = 100           # steps between evaluations (and checkpoints)
-    eval_size: int | None = None    # test sequences used per evaluation; None: all
-    seeds: tuple[int, ...] = PAPER_SEEDS
-    variants: tuple[str, ...] = M.VARIANTS
-    data_seed: int = 0              # one dataset for every model
-
-    def __post_init__(self):
-        for v in self.variants:
-            if v not in M.ALL_VARIANTS:
-                raise ValueError(f"unknown variant {v!r}; choose from {M.ALL_VARIANTS}")
-        if not self.seeds or not self.variants or not self.lrs:
-            raise ValueError("need at least one seed, one variant and one learning rate")
-        for name, items in (("seeds", self.seeds), ("variants", self.variants),
-                            ("lr", self.lrs)):
-            if len(set(items)) != len(items):
-                raise ValueError(f"{name} must not repeat (each model is one triple)")
-        for lr in self.lrs:
-            if isinstance(lr, bool) or not isinstance(lr, numbers.Real) \
-                    or not math.isfinite(lr) or lr <= 0:
-                raise ValueError(f"lr must be a finite positive number, got {lr!r}")
-        for seed in self.seeds + (self.data_seed,):
-            _int("a seed", seed, 0, 2**63)
-        for name in ("n_samples", "batch_size", "steps", "eval_every", "schedule_epochs"):
-            _int(name, getattr(self, name), 1)
-        _int("d_model", self.d_model, 2)
-        if self.eval_size is not None:
-            _int("eval_size", self.eval_size, 1)
-
-    @property
-    def lrs(self) -> tuple[float, ...]:
-        return self.lr if isinstance(self.lr, tuple) else (self.lr,)
-
-    @classmethod
-    def paper(cls) -> MajorityConfig:
-        """The paper's setting (appendix E.1 and the released scripts): batch 6,000, lr
-        1e-3, its 10 seeds, 14,000 steps; every variant, the control, the other reading
-        of "no projection" and the two interventions (80 models)."""
-        return cls(variants=M.ALL_VARIANTS)
-
-    @classmethod
-    def quick(cls) -> MajorityConfig:
-        """Fast mode, in the paper's regime: batch 6,000 and lr 1e-3 as in the paper, 3
-        seeds, the 2 x 2 design (projection x scale), 600 steps (under 2 minutes on two
-        CPU cores)."""
-        return cls(steps=600, eval_every=50, eval_size=5000, seeds=PAPER_SEEDS[:3],
-                   variants=("layernorm", "no_projection", "no_projection_released",
-                             "layernorm_released_scale"))
-
-    @classmethod
-    def grid(cls, batch_size: int) -> MajorityConfig:
-        """The sensitivity grid at one batch size: lr 3e-4, 1e-3, 3e-3, the 2 x 2
-        design, 5 seeds. Batch 6,000: 14,000 steps, and the cell lr 1e-3 is the paper run
-        (the same models: its first 5 seeds). Batch 500: 30,000 steps, which see about
-        as many sequences as 2,500 steps at batch 6,000."""
-        big = batch_size == 6000
-        return cls(lr=(3e-4, 3e-3) if big else (3e-4, 1e-3, 3e-3), batch_size=batch_size,
-                   steps=14_000 if big else 30_000, eval_every=100 if big else 200,
-                   seeds=PAPER_SEEDS[:5],
-                   variants=("layernorm", "no_projection", "no_projection_released",
-                             "layernorm_released_scale"))
-
-    @classmethod
-    def three_d(cls, steps: int = 10_000) -> MajorityConfig:
-        """Figure 1a/1b: d = 3, 10 classes, length 30, the released 3-d scripts' settings
-        (6,000 sequences, one full batch per step, lr 1e-3, 10,000 steps), three norms,
-        5 seeds (the paper's figure shows one model)."""
-        return cls(n_samples=6000, seq_len=30, n_classes=10, d_model=3, batch_size=6000,
-                   steps=steps, eval_every=max(1, steps // 50),
-                   variants=("layernorm", "no_projection", "no_projection_released"),
-                   seeds=PAPER_SEEDS[:5])
-
-    @property
-    def models(self) -> list[tuple[str, int, float]]:
-        """(variant, seed, lr) of each of the M models: lr outermost, seed innermost, so
-        that model m reads the batch of seed m % n_seeds."""
-        return [(v, s, lr) for lr in self.lrs for v in self.variants for s in self.seeds]
 
 
 # ------------------------------------------------------------------------ pieces
@@ -302,11 +198,11 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     opt = _Adam(params, lrs)
     history, start, elapsed = _empty_history(config), 0, 0.0
 
-    state = load_checkpoint(checkpoint_path) if checkpoint_path else None
+    state = load_checkpoint(checkpoint_path, kind="majority") if checkpoint_path else None
     if state is not None:
-        if state.get("kind") != "majority" or state.get("config") != dataclasses.asdict(config):
-            raise ValueError(f"{checkpoint_path} holds another run (a different configuration "
-                             "or trainer); delete it or choose another path")
+        if state.get("config") != dataclasses.asdict(config):
+            raise ValueError(f"{checkpoint_path} holds another run (a different "
+                             "configuration); delete it or choose another path")
         with torch.no_grad():
             for k in params:
                 params[k].copy_(state["params"][k])
@@ -324,12 +220,13 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
 
     def checkpoint(step: int):
         save_checkpoint(checkpoint_path, {
-            "kind": "majority", "config": dataclasses.asdict(config), "step": step,
+            "config": dataclasses.asdict(config), "step": step,
             "history": history, "elapsed": elapsed + time.perf_counter() - t0,
             "params": {k: p.detach().cpu() for k, p in params.items()},
-            "optimizer": opt.state(), "epoch_states": [o.epoch_state for o in orders]})
+            "optimizer": opt.state(), "epoch_states": [o.epoch_state for o in orders]},
+            kind="majority")
 
-    if start == 0:
+    if not history["step"]:  # a fresh run (a checkpoint at step 0 already holds it)
         c, y = batch(0)
         loss0, _ = MS.multiset_evaluate(params, c, y, variants, chunk)
         _record(history, 0, loss0, *_evaluate(params, variants, data))
@@ -431,33 +328,22 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
     return history
 
 
-# ------------------------------------------------------------------ reading results
-def history_arrays(history: dict, variant: str, lr: float | None = None) -> dict[str, np.ndarray]:
-    """One variant's curves (at one learning rate; default: the run's only one) as arrays:
-    ``step`` (P,) and ``train_loss``, ``test_acc``, ``query_angle`` of shape (n_seeds, P),
-    seeds in the run's order, ready for :func:`lncourse.plotting.band`."""
-    lrs = sorted(set(history.get("lr", [history["config"]["lr"]] * len(history["variant"]))))
-    if lr is None:
-        if len(lrs) > 1:
-            raise ValueError(f"this history holds several learning rates {lrs}; pass lr=")
-        lr = lrs[0]
-    run_lr = history.get("lr", [lr] * len(history["variant"]))
-    cols = [m for m, (v, r) in enumerate(zip(history["variant"], run_lr))
-            if v == variant and math.isclose(r, lr)]
-    if not cols:
-        raise ValueError(f"variant {variant!r} at lr {lr:g} is not in this history "
-                         f"(it has {sorted(set(history['variant']))} at {lrs})")
-    out = {"step": np.asarray(history["step"]), "seed": np.asarray(history["seed"])[cols]}
-    for key in ("train_loss", "test_acc", "query_angle"):
-        out[key] = np.asarray(history[key], dtype=float)[:, cols].T
-    return out
-
-
 # --------------------------------------------------------------------- command line
 PRESETS = {"paper": MajorityConfig.paper, "quick": MajorityConfig.quick,
            "three_d": MajorityConfig.three_d,
            "grid_b500": lambda: MajorityConfig.grid(500),
            "grid_b6000": lambda: MajorityConfig.grid(6000)}
+
+
+def _partial_history(config: MajorityConfig, checkpoint: Path) -> dict:
+    """The history a checkpoint holds so far, with the weights at its last step."""
+    state = load_checkpoint(checkpoint, kind="majority")
+    if state is None or state.get("config") != dataclasses.asdict(config):
+        raise ValueError(f"{checkpoint} holds no checkpoint of this configuration")
+    history = state["history"]
+    history["final_params"] = {k: p.tolist() for k, p in state["params"].items()}
+    history["seconds"] = state["elapsed"]
+    return history
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -470,18 +356,28 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--steps", type=int, default=None,
                         help="override the preset's step count (recorded in the config)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    parser.add_argument("--checkpoint", default=None, help="checkpoint file (default "
+                        "results/checkpoints/majority_<name>.ckpt); an existing one resumes")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--export-partial", action="store_true",
+                        help="do not train: write the history of the checkpoint so far "
+                        "(a run that goes on in a later session; its last step tells)")
     args = parser.parse_args(argv)
     config = PRESETS[args.preset]()
     if args.steps is not None:
         config = dataclasses.replace(config, steps=args.steps)
     out = Path(args.out) if args.out else RESULTS_DIR / "majority" / f"{args.preset}.json"
-    ckpt = RESULTS_DIR / "checkpoints" / f"majority_{out.stem}.ckpt"
+    ckpt = Path(args.checkpoint) if args.checkpoint else \
+        RESULTS_DIR / "checkpoints" / f"majority_{out.stem}.ckpt"
     command = "python -m lncourse.majority_train " + " ".join(
         sys.argv[1:] if argv is None else argv)
-    started = run_started(ckpt, command)     # the commit and command of the first start
-    history = train(config, device=args.device, checkpoint_path=ckpt,
-                    show_progress=not args.quiet)
+    if args.export_partial:
+        history = _partial_history(config, ckpt)
+        started = json.loads(Path(str(ckpt) + ".start.json").read_text())
+    else:
+        started = run_started(ckpt, command)     # the commit and command of the first start
+        history = train(config, device=args.device, checkpoint_path=ckpt,
+                        show_progress=not args.quiet)
     history["provenance"] = provenance(args.device, history.pop("seconds"), **started)
     write_result(out, history)
     print(f"wrote {out} ({history['provenance']['wall_seconds']:.0f} s on "

@@ -183,10 +183,10 @@ def multiset_loss_and_accuracy(logits: Tensor, pairs: Pairs,
 
 # ------------------------------------------------------------------ the fast version
 def default_chunk(device: torch.device, n_classes: int, n_per_class: int) -> int:
-    """Pairs per class in one chunk: about 1,000 rows per model on a CPU, so that a
+    """Pairs per class in one chunk: about 800 rows per model on a CPU, so that a
     chunk's tensors stay in cache; everything at once on a GPU."""
     if device.type == "cpu":
-        return max(1, min(n_per_class, 1024 // n_classes))
+        return max(1, min(n_per_class, 800 // n_classes))
     return max(1, n_per_class)
 
 
@@ -251,18 +251,26 @@ def _pair_pass(tables: Tensor, weights: dict[str, Tensor], rows: Tensor, weight:
     loss = torch.zeros(M, dtype=dt, device=dev)
     correct = torch.zeros(M, dtype=dt, device=dev)
     Y = torch.empty(R, G * C, d1, n, dtype=dt, device=dev)
+    Yv = Y.view(M, C, d1, n)
+    # Buffers in the features-first layout, written through transposed views (one pass
+    # instead of a division followed by a copy).
+    z_buf = torch.empty(M, d, C, n, dtype=dt, device=dev)
+    den_buf = torch.empty(M, 1, C, n, dtype=dt, device=dev)
+    z, den = z_buf.view(M, d, L), den_buf.view(M, 1, L)
     if backward:
         g_T = torch.zeros(T.shape, dtype=dt, device=dev)
         grads = {k: torch.zeros(w.shape, dtype=dt, device=dev) for k, w in weights.items()}
+        g_E_t = torch.zeros(M, d, C, dtype=dt, device=dev)   # the unembedding's share
+        dY_buf = torch.empty(M, C, d1, n, dtype=dt, device=dev)
+        dY = dY_buf.view(R, G * C, d1, n)
     for s in range(0, N, n):
         counts = rows[:, :, s:s + n].reshape(G * C, n, C)             # (G C, n, C_j)
         w = weight[:, :, s:s + n].reshape(1, G, 1, L).expand(R, G, 1, L).reshape(M, 1, L)
         y = target[:, :, s:s + n].reshape(1, G, 1, L).expand(R, G, 1, L).reshape(M, 1, L)
         for r in range(R):                                            # numerator, denominator
             torch.bmm(T[r], counts.transpose(1, 2), out=Y[r])         # (G C, d+1, n)
-        Y_f = Y.view(M, C, d1, n).transpose(1, 2).reshape(M, d1, L)   # features first
-        den = Y_f[:, d:]                                              # (M, 1, L)
-        z = Y_f[:, :d] / den                                          # (M, d, L) attention out
+        den_buf.transpose(1, 2).copy_(Yv[:, :, d:])                   # (M, 1, L)
+        torch.div(Yv[:, :, :d], Yv[:, :, d:], out=z_buf.transpose(1, 2))  # z: (M, d, L)
         x1 = torch.baddbmm(e_b, W_O, z)                               # resid_mid
         xc = torch.bmm(P, x1)
         rstd = torch.bmm(mean, xc * xc).rsqrt_()                      # (M, 1, L)
@@ -272,16 +280,20 @@ def _pair_pass(tables: Tensor, weights: dict[str, Tensor], rows: Tensor, weight:
         hidden = torch.relu(a)
         x2 = torch.baddbmm(x1.add_(b2), W_2, hidden)                  # resid_post
         logits = torch.bmm(W_E, x2)                                   # (M, C, L)
-        logp = torch.log_softmax(logits, dim=1)
-        loss -= (logp.gather(1, y) * w).sum((1, 2))
+        # log-softmax over the classes (dim 1) written out: torch's kernel for a dim that
+        # is not the last was measured 3x slower than these few passes
+        top = logits.amax(dim=1, keepdim=True)                        # (M, 1, L)
+        e = (logits - top).exp_()
+        total = e.sum(dim=1, keepdim=True)
+        loss -= ((logits.gather(1, y) - top - total.log()) * w).sum((1, 2))
         if not backward:  # evaluation: count the tokens whose class is predicted
             # (max(...).indices, the first maximum as argmax gives, is much faster than
             # argmax over a dimension that is not the last)
             correct += ((logits.max(dim=1, keepdim=True).indices == y) * w).sum((1, 2))
             continue
         # d(loss)/d(logits) = w (softmax - onehot); w is applied on the narrower side.
-        g = logp.exp_().scatter_add_(1, y, torch.full_like(w, -1.0))
-        grads["W_E"].baddbmm_(g, (x2 * w).transpose(1, 2))
+        g = e.div_(total).scatter_add_(1, y, torch.full_like(w, -1.0))
+        g_E_t.baddbmm_(x2 * w, g.transpose(1, 2))                     # (M, d, C)
         dx2 = torch.bmm(W_E.transpose(1, 2), g).mul_(w)               # (M, d, L)
         grads["W_2"].baddbmm_(dx2, hidden.transpose(1, 2))
         grads["b_2"] += dx2.sum(2)
@@ -297,14 +309,16 @@ def _pair_pass(tables: Tensor, weights: dict[str, Tensor], rows: Tensor, weight:
         grads["W_E"] += dx1.view(M, d, C, n).sum(-1).transpose(1, 2)  # the residual e_i
         grads["W_O"].baddbmm_(dx1, z.transpose(1, 2))
         grads["b_O"] += dx1.sum(2)
-        dnum = torch.bmm(W_O.transpose(1, 2), dx1).div_(den)
-        dden = torch.bmm(ones, dnum * z).neg_()
-        dY = torch.cat([dnum, dden], 1).view(M, d1, C, n).transpose(1, 2)
-        dY = dY.reshape(R, G * C, d1, n)
+        dz = torch.bmm(W_O.transpose(1, 2), dx1)                      # (M, d, L)
+        # numerator z den and denominator den: d/dnum = dz / den, d/dden = -(dz . z) / den
+        dden = torch.bmm(ones, dz * z).div_(den).neg_()               # (M, 1, L)
+        torch.div(dz.view(M, d, C, n), den_buf, out=dY_buf[:, :, :d].transpose(1, 2))
+        dY_buf[:, :, d:].transpose(1, 2).copy_(dden.view(M, 1, C, n))
         for r in range(R):
             g_T[r].baddbmm_(dY[r], counts)
     if not backward:
         return loss, correct, None
+    grads["W_E"] += g_E_t.transpose(1, 2)
     return loss, correct, (g_T.view(M, C, d1, C), grads)
 
 

@@ -67,7 +67,7 @@ def provenance(device: torch.device | str, wall_seconds: float, command: str | N
             "git_commit": _git_commit(), "device": device_name(device),
             "torch": torch.__version__, "python": platform.python_version(),
             "wall_seconds": round(float(wall_seconds), 1),
-            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **extra}
 
 
@@ -122,5 +122,9 @@ def describe(result: dict) -> str:
     p = result["provenance"]
     hours = p["wall_seconds"] / 3600
     took = f"{hours:.1f} h" if hours >= 1 else f"{p['wall_seconds'] / 60:.0f} min"
+    done = ""
+    steps = result.get("config", {}).get("steps")
+    if steps and result.get("step") and result["step"][-1] != steps:
+        done = f"; INCOMPLETE: the first {result['step'][-1]:,} of {steps:,} steps"
     return (f"stored result: `{p['command']}`, commit {p['git_commit'][:10]}, "
-            f"{p['device']}, torch {p['torch']}, {took}")
+            f"{p['device']}, torch {p['torch']}, {took}{done}")

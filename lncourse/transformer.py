@@ -3,34 +3,39 @@
 The normalisation is a :class:`~lncourse.layernorm.FactorizedLayerNorm`, so the same
 model runs with full LayerNorm, without projection (RMSNorm), without scaling, or with
 none; positional embeddings, the causal mask and Pre-/Post-LN placement are switches.
-Dimension names: B batch, T positions, d ``d_model``, H heads, dh = d / H, V vocabulary.
+Attention is :func:`lncourse.attention.self_attention`, shared with MiniLM.
+Dimension names (as in :mod:`lncourse.attention`): B batch, T positions, d ``d_model``,
+H heads, dh = d / H, V vocabulary.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import self_attention
 from .layernorm import FactorizedLayerNorm
 
 __all__ = ["NORMS", "TransformerConfig", "make_norm", "Attention", "Block", "GPT"]
 
 # norm name -> (projection, scaling) of FactorizedLayerNorm; "none" is the identity.
+# One name per norm: LayerNorm without projection *is* RMSNorm (chapter 1).
 NORMS = {
     "layernorm": (True, True),
     "no_scaling": (True, False),
     "no_projection": (False, True),
-    "rmsnorm": (False, True),
     "none": None,
 }
+_OTHER_NAMES = {"rmsnorm": "no_projection", "rms_norm": "no_projection"}
 
 
 @dataclass(frozen=True)
 class TransformerConfig:
+    """Everything that defines a :class:`GPT`; checked on creation."""
+
     vocab_size: int
     d_model: int = 8
     n_heads: int = 4
@@ -51,6 +56,9 @@ class TransformerConfig:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads "
                              f"({self.n_heads})")
         for name in (self.norm, self.norm_attn or self.norm):
+            if name in _OTHER_NAMES:
+                raise ValueError(f"norm {name!r} is called {_OTHER_NAMES[name]!r} here "
+                                 "(LayerNorm without projection is RMSNorm)")
             if name not in NORMS:
                 raise ValueError(f"unknown norm {name!r}; choose from {sorted(NORMS)}")
         if self.placement not in ("pre", "post"):
@@ -80,28 +88,42 @@ class Attention(nn.Module):
         self.W_O = nn.Linear(d, d, bias=cfg.bias)
 
     def forward(self, x: Tensor, cache: dict | None = None, prefix: str = "") -> Tensor:
-        B, T, d = x.shape
-        H = self.n_heads
-        dh = d // H
-        q = self.W_Q(x).view(B, T, H, dh).transpose(1, 2)  # (B, H, T, dh)
-        k = self.W_K(x).view(B, T, H, dh).transpose(1, 2)
-        v = self.W_V(x).view(B, T, H, dh).transpose(1, 2)
-        if cache is None:
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-        else:
-            scores = q @ k.transpose(-2, -1) / math.sqrt(dh)  # (B, H, T, T)
-            if self.causal:
-                mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-                scores = scores.masked_fill(~mask, float("-inf"))
-            weights = scores.softmax(dim=-1)
-            z = weights @ v  # (B, H, T, dh)
-            cache.update({f"{prefix}q": q, f"{prefix}k": k, f"{prefix}v": v,
-                          f"{prefix}attn_scores": scores, f"{prefix}attn_weights": weights,
-                          f"{prefix}z": z})
-        return self.W_O(z.transpose(1, 2).reshape(B, T, d))
+        """Attention output W_O(softmax(q k^T / sqrt(dh) + mask) v): (B, T, d) -> (B, T, d).
+
+        With a ``cache`` dict, also stores under ``prefix``: ``q``, ``k``, ``v``
+        (B, H, T, dh), ``attn_scores`` (-inf where masked) and ``attn_weights``
+        (B, H, T, T), ``z`` (B, H, T, dh). The output is the same with or without it: the
+        cache only adds the written-out scores and weights.
+        """
+        parts = self_attention(x, self.W_Q, self.W_K, self.W_V, self.W_O, self.n_heads,
+                               causal=self.causal, pattern=cache is not None)
+        if cache is not None:
+            cache.update({f"{prefix}{name}": t for name, t in parts.items()
+                          if name != "attn_out"})
+        return parts["attn_out"]
 
 
 class Block(nn.Module):
+    """One transformer block: attention and MLP, each with a norm and a residual.
+
+    Pre-LN:  resid_mid = x + attn(ln1(x));          out = resid_mid + mlp(ln2(resid_mid))
+    Post-LN: resid_mid = x + attn(x);  h = ln1(resid_mid);  out = ln2(h + mlp(h))
+
+    ``forward(x, cache, prefix)``: x (B, T, d) -> (B, T, d). With a ``cache`` dict it
+    stores, under ``prefix``, the attention's intermediates (see :class:`Attention`) and
+    these (B, T, d) tensors, each meaning the same in both placements:
+
+    ``resid_pre``  the block's input x
+    ``ln1``        the output of the first norm (Pre-LN: of x; Post-LN: of resid_mid)
+    ``attn_in``    what the attention reads (Pre-LN: ``ln1``; Post-LN: x)
+    ``attn_out``   the attention's output
+    ``resid_mid``  x + attn_out, the residual stream after attention, before any norm
+    ``mlp_in``     what the MLP reads (Pre-LN: ``ln2``; Post-LN: ``ln1``)
+    ``mlp_out``    the MLP's output
+    ``ln2``        the output of the second norm (Post-LN: the block's output)
+    ``resid_post`` the block's output
+    """
+
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         d = cfg.d_model
@@ -113,28 +135,25 @@ class Block(nn.Module):
                                  nn.Linear(cfg.mlp_ratio * d, d, bias=cfg.bias))
 
     def forward(self, x: Tensor, cache: dict | None = None, prefix: str = "") -> Tensor:
-        c = cache is not None
-        if c:
-            cache[f"{prefix}resid_pre"] = x
         if self.placement == "pre":
-            ln1 = self.ln1(x)
-            attn_in = ln1
+            ln1 = attn_in = self.ln1(x)
             attn_out = self.attn(attn_in, cache, prefix)
             resid_mid = x + attn_out
-            ln2 = self.ln2(resid_mid)
-            mlp_out = self.mlp(ln2)
+            ln2 = mlp_in = self.ln2(resid_mid)
+            mlp_out = self.mlp(mlp_in)
             out = resid_mid + mlp_out
         else:  # post-LN: the attention reads the previous block's (normalised) output
             attn_in = x
             attn_out = self.attn(attn_in, cache, prefix)
-            ln1 = resid_mid = self.ln1(x + attn_out)
-            mlp_out = self.mlp(resid_mid)
-            ln2 = out = self.ln2(resid_mid + mlp_out)
-        if c:
-            cache.update({f"{prefix}ln1": ln1, f"{prefix}attn_in": attn_in,
-                          f"{prefix}attn_out": attn_out, f"{prefix}resid_mid": resid_mid,
-                          f"{prefix}ln2": ln2, f"{prefix}mlp_out": mlp_out,
-                          f"{prefix}resid_post": out})
+            resid_mid = x + attn_out
+            ln1 = mlp_in = self.ln1(resid_mid)
+            mlp_out = self.mlp(mlp_in)
+            ln2 = out = self.ln2(ln1 + mlp_out)
+        if cache is not None:
+            cache.update({f"{prefix}{name}": t for name, t in [
+                ("resid_pre", x), ("ln1", ln1), ("attn_in", attn_in), ("attn_out", attn_out),
+                ("resid_mid", resid_mid), ("mlp_in", mlp_in), ("mlp_out", mlp_out),
+                ("ln2", ln2), ("resid_post", out)]})
         return out
 
 
@@ -175,7 +194,12 @@ class GPT(nn.Module):
 
     def forward(self, idx: Tensor, targets: Tensor | None = None, return_cache: bool = False
                 ) -> tuple[Tensor, Tensor | None, dict | None]:
-        """idx: (B, T) token ids -> logits (B, T, V), mean cross-entropy loss, cache."""
+        """idx: (B, T) token ids -> logits (B, T, V), mean cross-entropy loss, cache.
+
+        The cache (with ``return_cache``) holds ``embed`` (B, T, d), the token plus
+        position embeddings; ``blocks.{i}.<name>`` for every name :class:`Block` lists;
+        and ``ln_final`` (B, T, d), what the unembedding reads.
+        """
         if idx.dim() != 2 or idx.dtype != torch.long:
             raise ValueError(f"idx must be a LongTensor of shape (B, T), got "
                              f"{idx.dtype} {tuple(idx.shape)}")

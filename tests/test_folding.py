@@ -1,9 +1,11 @@
-import math
+import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from lncourse.folding import center_writing_weights, divide_by_std, fold_layer_norm
+from lncourse.folding import (center_writing_weights, divide_by_std, fold_layer_norm,
+                              folded_attention_scores)
 from lncourse.layernorm import FactorizedLayerNorm
 
 
@@ -41,8 +43,22 @@ def test_fold_rejects_factorised_variants_and_mismatch():
         fold_layer_norm(FactorizedLayerNorm(4, scaling=False), torch.nn.Linear(4, 2))
     with pytest.raises(ValueError, match="reads 5 features"):
         fold_layer_norm(torch.nn.LayerNorm(4), torch.nn.Linear(5, 2))
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="expected nn.LayerNorm"):
         fold_layer_norm(torch.nn.Identity(), torch.nn.Linear(4, 2))
+
+
+def test_fold_explains_other_modules_and_dtypes():
+    with pytest.raises(TypeError, match="needs an nn.Linear.*got Conv1d"):
+        fold_layer_norm(torch.nn.LayerNorm(4), torch.nn.Conv1d(4, 2, 1))
+    with pytest.raises(TypeError, match="needs an nn.Linear.*got Conv1d"):
+        center_writing_weights(torch.nn.Conv1d(4, 2, 1))
+    with pytest.raises(ValueError, match="gamma is torch.float32.*weight is torch.float64"):
+        fold_layer_norm(torch.nn.LayerNorm(4), torch.nn.Linear(4, 2).double())
+    # once converted, folding in float64 is exact to float64 round-off
+    ln, lin = _random_ln(4).double(), torch.nn.Linear(4, 2).double()
+    x = torch.randn(5, 4, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(fold_layer_norm(ln, lin)(divide_by_std(x, ln.eps)), lin(ln(x)))
 
 
 def test_center_writing_weights_invisible_to_next_layernorm():
@@ -56,6 +72,53 @@ def test_center_writing_weights_invisible_to_next_layernorm():
         assert centred(z).mean(-1).abs().max() < 1e-5
 
 
+def _independent_divide_by_std(x, eps):
+    x = x.double()
+    return x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+
+
+@pytest.mark.parametrize("dtype, size", [(torch.float16, 300.0), (torch.bfloat16, 300.0),
+                                         (torch.float32, 2e19), (torch.float32, 1e-30)])
+def test_divide_by_std_in_low_precision_and_at_extremes(dtype, size):
+    x = torch.tensor([[1.0, -1.0, 0.0, 0.3], [0.5, 2.0, -1.0, 0.25]]) * size
+    expected = _independent_divide_by_std(x / size, 0.0).to(dtype)  # scale-free
+    torch.testing.assert_close(divide_by_std(x.to(dtype)), expected)
+
+
+def test_divide_by_std_validates_eps_and_warns_on_nearly_constant_rows():
+    x = torch.randn(3, 8)
+    for eps in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="eps must be a finite number >= 0"):
+            divide_by_std(x, eps)
+    with pytest.raises(ValueError, match="zero variance"):
+        divide_by_std(torch.full((2, 4), 0.1))
+    nearly_constant = torch.tensor([[1.0, 1.0, 1.0, 1.0 + 2 ** -20]])  # x / sigma ~ 1e6
+    with pytest.warns(RuntimeWarning, match="nearly constant rows"):
+        divide_by_std(nearly_constant)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        divide_by_std(torch.randn(100, 16) * 3 + 5)  # an ordinary offset: no warning
+        divide_by_std(nearly_constant, eps=1e-5)     # eps bounds the result
+
+
+def test_folded_attention_scores_equal_the_original():
+    d, H, T = 16, 4, 6
+    ln, W_Q, W_K = _random_ln(d), torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+    x = torch.randn(2, T, d) * 2 + 1
+    key_mask = torch.tensor([[True] * T, [True] * 4 + [False] * 2])
+    with torch.no_grad():
+        q = W_Q(ln(x)).view(2, T, H, d // H).transpose(1, 2)
+        k = W_K(ln(x)).view(2, T, H, d // H).transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) / (d // H) ** 0.5
+    q_f, scores_f = folded_attention_scores(ln, W_Q, W_K, x, H, key_mask=key_mask)
+    torch.testing.assert_close(q_f, q, atol=1e-5, rtol=1e-5)
+    visible = key_mask[:, None, None, :].expand_as(scores)
+    torch.testing.assert_close(scores_f[visible], scores[visible], atol=1e-4, rtol=1e-5)
+    assert torch.isneginf(scores_f[~visible]).all()
+    _, causal = folded_attention_scores(ln, W_Q, W_K, x, H, causal=True)
+    assert torch.isneginf(causal[..., 0, 1:]).all() and torch.isfinite(causal[..., -1, :]).all()
+
+
 def test_folding_on_minilm_matches_attention_scores():
     from lncourse.minilm import load_minilm
 
@@ -64,15 +127,20 @@ def test_folding_on_minilm_matches_attention_scores():
                                 "Four days will quickly steep themselves in night."])
     with torch.no_grad():
         _, cache = model(ids, mask, return_cache=True)
-        for i in (0, 3, 5):
-            layer, ln = model.layers[i], model.attn_norm(i)
-            x_hat = divide_by_std(cache[f"layers.{i}.pre_ln"], ln.eps)
-            q = fold_layer_norm(ln, layer.W_Q)(x_hat)
-            k = fold_layer_norm(ln, layer.W_K)(x_hat)
-            B, T, _ = q.shape
-            q = q.view(B, T, 12, 32).transpose(1, 2)
-            k = k.view(B, T, 12, 32).transpose(1, 2)
-            scores = q @ k.transpose(-2, -1) / math.sqrt(32)
-            valid = (mask[:, None, :, None] & mask[:, None, None, :]).expand_as(scores)
-            gap = (scores - cache[f"layers.{i}.attn_scores"]).abs()[valid].max()
-            assert gap < 1e-3, f"layer {i}: {gap}"
+    valid = mask[:, None, :, None] & mask[:, None, None, :]  # (B, 1, T, T): real tokens
+    for i in (0, 3, 5):
+        layer = model.layers[i]
+        q, scores = folded_attention_scores(model.attn_norm(i), layer.W_Q, layer.W_K,
+                                            cache[f"layers.{i}.attn_norm_in"], n_heads=12,
+                                            key_mask=mask)
+        original = cache[f"layers.{i}.attn_scores"]
+        gap = (scores - original)[valid.expand_as(scores)].abs().max()
+        assert gap < 1e-3, f"layer {i}: {gap}"
+        assert (q - cache[f"layers.{i}.q"]).abs().max() < 1e-3
+        # and independently of the cache: LayerNorm by torch, attention by hand
+        with torch.no_grad():
+            ln_out = F.layer_norm(cache[f"layers.{i}.attn_norm_in"], (384,),
+                                  model.attn_norm(i).weight, model.attn_norm(i).bias, 1e-12)
+            k = layer.W_K(ln_out).view(*ln_out.shape[:2], 12, 32).transpose(1, 2)
+        by_hand = cache[f"layers.{i}.q"] @ k.transpose(-2, -1) / 32 ** 0.5
+        assert (scores - by_hand)[valid.expand_as(scores)].abs().max() < 1e-3

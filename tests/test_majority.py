@@ -1,4 +1,5 @@
-"""Tests for lncourse.majority: data, model, the multiset equivalence, the trainer."""
+"""Tests for chapter 3's code: data and model (lncourse.majority), the multiset engines
+(lncourse.multiset), the trainer and its command line (lncourse.majority_train)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ import torch
 import torch.nn.functional as F
 
 from lncourse import majority as M
-from lncourse.majority_train import initial_model, main
+from lncourse import multiset as MS
+from lncourse.majority_config import MajorityConfig
+from lncourse.majority_stats import history_arrays
+from lncourse.majority_train import _lr_factor, initial_model, main, train, train_single
 
 # A small configuration that exercises every code path in a second or two.
-SMALL = M.MajorityConfig(n_samples=1500, seq_len=20, n_classes=6, min_margin=2, d_model=4,
-                         batch_size=128, steps=12, eval_every=4, seeds=(11, 123),
-                         variants=("layernorm", "no_projection_released"))
+SMALL = MajorityConfig(n_samples=1500, seq_len=20, n_classes=6, min_margin=2, d_model=4,
+                       batch_size=128, steps=12, eval_every=4, seeds=(11, 123),
+                       variants=("layernorm", "no_projection_released"))
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +57,25 @@ def test_dataset_is_seeded():
 
 
 @pytest.mark.parametrize("kwargs", [dict(seq_len=1), dict(n_classes=1), dict(min_margin=0),
-                                    dict(n_samples=0)])
+                                    dict(n_samples=0), dict(seq_len=2.5)])
 def test_dataset_rejects_bad_arguments(kwargs):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be an integer"):
         M.make_dataset(**{"n_samples": 100, **kwargs})
 
 
-def test_dataset_without_valid_partition_raises():
+def test_dataset_without_valid_partition_raises_at_once():
     with pytest.raises(ValueError, match="margin"):
         M.make_dataset(100, seq_len=6, n_classes=3, min_margin=10)
+    # an impossible margin is refused before enumerating the partitions of 80 (which
+    # takes minutes); the largest possible margin is still accepted
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="at most 78"):
+        M.make_dataset(100, seq_len=80, n_classes=20, min_margin=79)
+    assert time.perf_counter() - start < 1.0
+    tokens, _ = M.make_dataset(5, seq_len=12, n_classes=3, min_margin=10, per_partition=1)
+    assert (M.class_counts(tokens, 3).max(dim=1).values == 11).all()
 
 
 def test_stratified_split(paper_data):
@@ -85,9 +99,25 @@ def test_parameter_count_and_architecture():
     assert layer.self_attn.num_heads == 1 and layer.linear1.out_features == 8
     assert not any(True for _ in layer.norm1.parameters())
     for variant in M.ALL_VARIANTS:
-        assert sum(p.numel() for p in M.MajorityModel(variant).parameters()) == 584
+        n = sum(p.numel() for p in M.MajorityModel(variant).parameters())
+        assert n == (585 if variant == "no_projection_released_gain" else 584), variant
     with pytest.raises(ValueError, match="variant"):
         M.MajorityModel("rmsnorm")
+
+
+def test_interventions_change_only_what_they_say():
+    cfg = MajorityConfig()
+    base = initial_model("no_projection_released", 5, cfg)
+    scaled = initial_model("no_projection_released_value_scaled", 5, cfg)
+    gain = initial_model("no_projection_released_gain", 5, cfg)
+    W, W_s = base.layer.self_attn.in_proj_weight, scaled.layer.self_attn.in_proj_weight
+    assert torch.equal(W_s[:16], W[:16]) and torch.equal(W_s[16:], 8 * W[16:])  # W_V x d
+    assert torch.equal(gain.layer.self_attn.in_proj_weight, W)
+    x = torch.randn(7, 8)
+    gain.layer.norm1.gain.data.fill_(3.0)
+    assert torch.allclose(gain.layer.norm1(x), 3 * M.norm1(x, "no_projection_released"))
+    assert [n for n, _ in gain.layer.norm1.named_parameters()] == ["gain"]
+    assert [n for n, _ in base.layer.norm1.named_buffers()] == ["gain"]
 
 
 def test_norm1_variants():
@@ -104,6 +134,12 @@ def test_norm1_variants():
     assert torch.allclose(M.norm1(x, "no_projection"),
                           d * M.norm1(x, "no_projection_released"), atol=1e-5)
     assert torch.equal(M.norm1(x, "none"), x)
+    # the other reading of the paper: x / sigma(x - mean), norm >= sqrt(d)
+    sigma = x.std(dim=-1, correction=0, keepdim=True)
+    assert torch.allclose(M.norm1(x, "no_projection_sigma"), x / sigma)
+    assert (norms["no_projection_sigma"] >= math.sqrt(d) - 1e-5).all()
+    for v in M.INTERVENTION_VARIANTS:
+        assert torch.equal(M.norm1(x, v), M.norm1(x, "no_projection_released"))
     # without projection nothing is orthogonal to 1; with it everything is
     assert M.norm1(x, "layernorm").sum(-1).abs().max() < 1e-4
     assert M.norm1(x, "no_projection").sum(-1).abs().mean() > 1.0
@@ -114,15 +150,16 @@ def test_multiset_forward_equals_token_model(paper_data, variant):
     """Permutation invariance: counts per class give exactly the token-level logits."""
     tokens = paper_data[0][::997][:80]
     labels = paper_data[1][::997][:80]
-    models = [initial_model(variant, s, M.MajorityConfig()) for s in (1, 2)]
+    models = [initial_model(variant, s, MajorityConfig()) for s in (1, 2)]
     with torch.no_grad():
         for m in models:                          # trained-looking, larger weights
             for p in m.parameters():
                 p.mul_(2.0)
         params = M.stack_params(models)
         counts = M.class_counts(tokens, 20)
-        logits, pairs = M.multiset_forward(params, counts, (variant, variant))
-        loss, acc = M.multiset_loss_and_accuracy(logits, pairs, labels)
+        logits, pairs = MS.multiset_forward(params, counts, (variant, variant))
+        loss, acc = MS.multiset_loss_and_accuracy(logits, pairs, labels)
+        fast_loss, fast_acc = MS.multiset_evaluate(params, counts, labels, (variant, variant))
         for i, m in enumerate(models):
             token_logits = m(tokens)                                    # (B, T, C)
             # the pair (b, class) of every token
@@ -138,11 +175,56 @@ def test_multiset_forward_equals_token_model(paper_data, variant):
             ref_acc = (token_logits.argmax(-1) == labels[:, None]).double().mean()
             assert abs(float(loss[i]) - float(ref_loss)) <= 1e-6 * float(ref_loss) + 1e-6
             assert abs(float(acc[i]) - float(ref_acc)) < 1e-6
+            assert abs(float(fast_loss[i]) - float(ref_loss)) <= 1e-6 * float(ref_loss) + 1e-6
+            assert abs(float(fast_acc[i]) - float(ref_acc)) < 1e-6
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 7, 10_000])
+def test_fused_loss_and_gradients_equal_the_readable_version(paper_data, chunk):
+    """The fused engine (hand-written backward, class-major chunks) against autograd
+    through multiset_forward, in float64, for every variant, two batches (G = 2)."""
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.stack([torch.randperm(len(paper_data[1]), generator=gen)[:150] for _ in range(2)])
+    counts, labels = M.class_counts(paper_data[0], 20)[idx], paper_data[1][idx]
+    models = [initial_model(v, s, MajorityConfig()) for v in M.ALL_VARIANTS for s in (3, 4)]
+    with torch.no_grad():
+        for m in models:
+            for p in m.parameters():
+                p.mul_(1.7)
+            if m.variant.endswith("_gain"):
+                m.layer.norm1.gain.fill_(2.5)
+    variants = tuple(m.variant for m in models)
+    params = {k: t.double().requires_grad_() for k, t in M.stack_params(models).items()}
+    ref, ref_acc = MS.multiset_loss_and_accuracy(*MS.multiset_forward(params, counts, variants),
+                                                 labels)
+    ref_grads = torch.autograd.grad(ref.sum(), list(params.values()))
+    weights = torch.linspace(0.5, 2.0, len(models), dtype=torch.float64)  # d(sum w loss)
+    fast = MS.multiset_loss(params, counts, labels, variants, chunk=chunk)
+    grads = torch.autograd.grad((fast * weights).sum(), list(params.values()))
+    assert torch.allclose(fast, ref, rtol=1e-12, atol=1e-12)
+    for name, g, r in zip(params, grads, ref_grads):
+        r = r * weights.view(-1, *([1] * (r.dim() - 1)))
+        assert torch.allclose(g, r, rtol=1e-10, atol=1e-12), name
+    loss, acc = MS.multiset_evaluate(params, counts, labels, variants, chunk=chunk)
+    assert torch.allclose(loss, ref, atol=1e-12) and torch.allclose(acc, ref_acc, atol=1e-12)
+
+
+def test_fused_engine_rejects_bad_shapes():
+    params = M.stack_params([M.MajorityModel("layernorm") for _ in range(4)])
+    counts = torch.ones(3, 5, 20, dtype=torch.int64)
+    with pytest.raises(ValueError, match="G dividing 4"):
+        MS.multiset_loss(params, counts, torch.zeros(3, 5, dtype=torch.int64), ("layernorm",) * 4)
+    with pytest.raises(ValueError, match="labels must have shape"):
+        MS.multiset_loss(params, counts[:2], torch.zeros(2, 4, dtype=torch.int64),
+                         ("layernorm",) * 4)
+    with pytest.raises(ValueError, match="3 variants for 4 models"):
+        MS.multiset_evaluate(params, counts[:2], torch.zeros(2, 5, dtype=torch.int64),
+                             ("layernorm",) * 3)
 
 
 def test_present_pairs_cover_every_token():
     counts = torch.tensor([[3, 0, 2], [0, 5, 0]])
-    pairs = M.present_pairs(counts)
+    pairs = MS.present_pairs(counts)
     real = pairs.count > 0
     assert int(pairs.count.sum()) == 10
     assert sorted(zip(pairs.seq[real].tolist(), pairs.cls[real].tolist())) == \
@@ -180,90 +262,135 @@ def test_hand_built_model_solves_the_task():
 
 # ---------------------------------------------------------------------- trainer
 def test_config_presets_and_validation():
-    paper = M.MajorityConfig.paper()
+    paper = MajorityConfig.paper()
     assert (paper.batch_size, paper.lr, paper.seq_len, paper.n_classes) == (6000, 1e-3, 50, 20)
-    assert len(paper.seeds) == 10 and paper.variants == M.VARIANTS
-    assert M.MajorityConfig.quick().batch_size < paper.batch_size
-    assert M.MajorityConfig.three_d().d_model == 3
-    with pytest.raises(ValueError, match="variant"):
-        M.MajorityConfig(variants=("rms",))
-    with pytest.raises(ValueError):
-        M.MajorityConfig(batch_size=0)
-    with pytest.raises(ValueError, match="repeat"):
-        M.MajorityConfig(seeds=(1, 1))
+    assert (paper.steps, paper.schedule_epochs) == (14_000, 10_000)
+    assert len(paper.seeds) == 10 and paper.variants == M.ALL_VARIANTS
+    assert len(paper.models) == 80
+    quick = MajorityConfig.quick()          # fast mode keeps the paper's batch and lr
+    assert (quick.batch_size, quick.lr) == (paper.batch_size, paper.lr)
+    assert MajorityConfig.three_d().d_model == 3
+    grid = MajorityConfig.grid(500)
+    assert grid.lrs == (3e-4, 1e-3, 3e-3) and len(grid.models) == 60
+    assert grid.models[0] == ("layernorm", 11, 3e-4) and grid.models[-1][2] == 3e-3
+    assert 1e-3 not in MajorityConfig.grid(6000).lrs    # that cell is the paper run
     with pytest.raises(dataclasses.FrozenInstanceError):
         paper.lr = 1.0
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(variants=("rms",)), "unknown variant"),
+    (dict(batch_size=0), "batch_size must be an integer >= 1"),
+    (dict(steps=10.5), "steps must be an integer"),
+    (dict(steps=True), "steps must be an integer"),
+    (dict(eval_size=0), "eval_size must be an integer >= 1"),
+    (dict(seeds=(1, 1)), "seeds must not repeat"),
+    (dict(seeds=(2**63,)), "seed must be an integer >= 0 and < 9223372036854775808"),
+    (dict(seeds=(-1,)), "seed must be an integer >= 0"),
+    (dict(lr=float("inf")), "lr must be a finite positive number"),
+    (dict(lr=float("nan")), "lr must be a finite positive number"),
+    (dict(lr=(1e-3, -1.0)), "lr must be a finite positive number"),
+    (dict(lr=()), "at least one seed, one variant and one learning rate"),
+])
+def test_config_rejects_bad_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        MajorityConfig(**kwargs)
+
+
 def test_batched_training_equals_training_each_alone():
-    """All (variant, seed) models at once, on counts == each released model alone."""
-    cfg = dataclasses.replace(SMALL, steps=10, eval_every=5)
-    batched = M.train(cfg, device="cpu", dtype=torch.float64, show_progress=False)
-    for m, (variant, seed) in enumerate(cfg.models):
-        alone = M.train_single(cfg, variant, seed, dtype=torch.float64)
+    """All (variant, seed, lr) models at once, on counts, with the per-model Adam, equal
+    each released model trained alone with torch.optim.Adam, in float64."""
+    cfg = dataclasses.replace(SMALL, steps=10, eval_every=5, variants=M.ALL_VARIANTS,
+                              lr=(1e-3, 4e-3))
+    batched = train(cfg, dtype=torch.float64, show_progress=False)
+    assert batched["trace"]["step"] == list(range(1, 11))
+    for m, (variant, seed, lr) in enumerate(cfg.models):
+        alone = train_single(dataclasses.replace(cfg, lr=lr), variant, seed, dtype=torch.float64)
         assert alone["step"] == batched["step"]
         for key in ("train_loss", "test_acc", "query_angle"):
             np.testing.assert_allclose(np.asarray(batched[key])[:, m],
                                        np.asarray(alone[key])[:, 0], rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(batched["trace"]["train_loss"])[:, m],
+                                   np.asarray(alone["trace"]["train_loss"])[:, 0], rtol=1e-9)
         for name in M.PARAM_NAMES:
             np.testing.assert_allclose(np.asarray(batched["final_params"][name][m]),
                                        np.asarray(alone["final_params"][name][0]),
                                        rtol=1e-8, atol=1e-9)
-    # and training actually changed something
+    # training changed something, the gain was learned, and only in its variant
     assert batched["train_loss"][-1][0] < batched["train_loss"][0][0]
+    gains = np.asarray(batched["final_params"]["n1_gain"])
+    learned = np.array([v.endswith("_gain") for v, _, _ in cfg.models])
+    assert (gains[~learned] == 1.0).all() and (gains[learned] != 1.0).all()
 
 
 def test_models_are_independent():
     """A model's history does not depend on which other models train beside it."""
-    both = M.train(SMALL, device="cpu", dtype=torch.float64, show_progress=False)
-    one = M.train(dataclasses.replace(SMALL, seeds=(123,), variants=("layernorm",)),
-                  device="cpu", dtype=torch.float64, show_progress=False)
-    m = SMALL.models.index(("layernorm", 123))
+    both = train(SMALL, dtype=torch.float64, show_progress=False)
+    one = train(dataclasses.replace(SMALL, seeds=(123,), variants=("layernorm",)),
+                dtype=torch.float64, show_progress=False)
+    m = SMALL.models.index(("layernorm", 123, SMALL.lr))
     np.testing.assert_allclose(np.asarray(both["test_acc"])[:, m],
                                np.asarray(one["test_acc"])[:, 0], atol=1e-12)
 
 
-def test_interrupted_run_resumes_to_the_same_history(tmp_path):
+@pytest.mark.parametrize("crash_at, saved_step", [(7, 4), (2, 0)])
+def test_interrupted_run_resumes_to_the_same_history(tmp_path, crash_at, saved_step):
     path = tmp_path / "run.ckpt"
-    full = M.train(SMALL, device="cpu", show_progress=False)
+    full = train(SMALL, checkpoint_path=tmp_path / "full.ckpt", show_progress=False)
 
     def crash(step):
-        if step == 7:                             # after the checkpoint at step 4
+        if step == crash_at:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        M.train(SMALL, device="cpu", checkpoint_path=path, show_progress=False, _on_step=crash)
+        train(SMALL, checkpoint_path=path, show_progress=False, _on_step=crash)
     saved = torch.load(path, weights_only=True)
-    assert saved["step"] == 4
-    resumed = M.train(SMALL, device="cpu", checkpoint_path=path, show_progress=False)
-    for key in ("step", "train_loss", "test_acc", "query_angle", "final_params"):
+    assert saved["step"] == saved_step and saved["config"] == dataclasses.asdict(SMALL)
+    resumed = train(SMALL, checkpoint_path=path, show_progress=False)
+    for key in ("step", "train_loss", "test_acc", "query_angle", "trace", "final_params"):
         assert resumed[key] == full[key], key
-    with pytest.raises(ValueError, match="different configuration"):
-        M.train(dataclasses.replace(SMALL, lr=2e-3), device="cpu", checkpoint_path=path,
-                show_progress=False)
+    with pytest.raises(ValueError, match="holds another run"):
+        train(dataclasses.replace(SMALL, lr=2e-3), checkpoint_path=path, show_progress=False)
+    from lncourse.checkpoint import save_checkpoint
+
+    save_checkpoint(path, {"step": 3}, kind="lm")                  # the other trainer's file
+    with pytest.raises(ValueError, match="lm"):
+        train(SMALL, checkpoint_path=path, show_progress=False)
+
+
+def test_a_diverging_run_raises_instead_of_returning_nan():
+    with pytest.raises(FloatingPointError, match=r"not finite at step 2 .*\(layernorm/seed 11/lr 1e\+30"):
+        train(dataclasses.replace(SMALL, lr=1e30, steps=25), show_progress=False)
 
 
 def test_history_helpers():
-    h = M.train(SMALL, device="cpu", show_progress=False)
-    a = M.history_arrays(h, "layernorm")
+    h = train(dataclasses.replace(SMALL, lr=(1e-3, 2e-3)), show_progress=False)
+    a = history_arrays(h, "layernorm", lr=1e-3)
     assert a["test_acc"].shape == (2, len(h["step"])) and list(a["seed"]) == [11, 123]
     assert a["step"][0] == 0 and a["step"][-1] == SMALL.steps
     assert (a["query_angle"] >= 0).all() and (a["query_angle"] <= 90).all()
+    assert not np.array_equal(a["train_loss"], history_arrays(h, "layernorm", 2e-3)["train_loss"])
+    with pytest.raises(ValueError, match="several learning rates"):
+        history_arrays(h, "layernorm")
     with pytest.raises(ValueError, match="not in this history"):
-        M.history_arrays(h, "none")
-    steps = np.array([0, 10, 20, 30])
-    vals = np.array([[0.1, 0.5, 0.95, 0.99], [0.1, 0.2, 0.3, 0.4], [0.9, 0.9, 0.9, 0.9]])
-    out = M.steps_to_threshold(steps, vals, 0.9)
-    assert out[0] == 20 and np.isnan(out[1]) and out[2] == 0
+        history_arrays(h, "none", lr=1e-3)
 
 
-def test_command_line(tmp_path):
-    main(["--preset", "three_d", "--steps", "3", "--out", str(tmp_path), "--device", "cpu",
-          "--variants", "layernorm", "none"])
-    h = json.loads((tmp_path / "majority_three_d.json").read_text())
-    assert h["step"][-1] == 3 and h["config"]["d_model"] == 3
-    assert sorted(set(h["variant"])) == ["layernorm", "none"]
-    assert (tmp_path / "majority_three_d.ckpt").exists()
+def test_command_line_writes_a_result_with_provenance(tmp_path):
+    out, ckpt = tmp_path / "r.json", tmp_path / "r.ckpt"
+    main(["--preset", "three_d", "--steps", "3", "--out", str(out), "--checkpoint", str(ckpt),
+          "--quiet"])
+    h = json.loads(out.read_text())
+    assert h["step"][-1] == 3 and h["config"]["d_model"] == 3 and h["config"]["steps"] == 3
+    assert sorted(set(h["variant"])) == ["layernorm", "no_projection", "no_projection_released"]
+    p = h["provenance"]
+    assert p["command"].startswith("python -m lncourse.majority_train --preset three_d")
+    assert p["torch"] == torch.__version__ and p["device"].startswith("cpu")
+    assert len(p["git_commit"]) >= 40 and p["wall_seconds"] >= 0
+    assert ckpt.exists()
+    with pytest.raises(ValueError, match="was started by"):  # same checkpoint, other command
+        main(["--preset", "three_d", "--steps", "4", "--out", str(out), "--checkpoint",
+              str(ckpt), "--quiet"])
 
 
 # ---------------------------------------------------------------------- figures
@@ -293,10 +420,8 @@ def test_figures():
 
 
 def test_learning_rate_schedule_is_the_released_linear_decay():
-    from lncourse.majority_train import _lr_at
-
-    cfg = M.MajorityConfig()                  # 10,000 epochs of 14 steps in the schedule
-    assert _lr_at(0, cfg, 14) == cfg.lr
-    assert math.isclose(_lr_at(70_000, cfg, 14), cfg.lr / 2)
-    assert math.isclose(_lr_at(14_000, cfg, 14), 0.9 * cfg.lr)   # where the paper stops
-    assert _lr_at(200_000, cfg, 14) == 0.0
+    cfg = MajorityConfig()                  # 10,000 epochs of 14 steps in the schedule
+    assert _lr_factor(0, cfg, 14) == 1.0
+    assert math.isclose(_lr_factor(70_000, cfg, 14), 0.5)
+    assert math.isclose(_lr_factor(14_000, cfg, 14), 0.9)   # where the paper stops
+    assert _lr_factor(200_000, cfg, 14) == 0.0

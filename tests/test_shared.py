@@ -1,14 +1,17 @@
 """Tests of the shared pieces: device, checkpoint, text, transformer, lm."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from lncourse.checkpoint import load_checkpoint, save_checkpoint
+import lncourse
+from lncourse.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from lncourse.device import default_device
 from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, sample_sentences, split_ids
-from lncourse.transformer import GPT, TransformerConfig
+from lncourse.transformer import NORMS, GPT, TransformerConfig
 
 
 def test_default_device_is_cached_and_overridable(monkeypatch):
@@ -30,8 +33,48 @@ def test_checkpoint_roundtrip_and_safe_load(tmp_path):
 
     import datetime
     torch.save({"obj": datetime.datetime(2020, 1, 1)}, tmp_path / "evil.pt")
-    with pytest.raises(Exception):
+    with pytest.raises(CheckpointError, match="evil.pt holds objects other than tensors"):
         load_checkpoint(tmp_path / "evil.pt")  # weights_only=True refuses arbitrary objects
+
+
+def test_broken_checkpoints_name_the_file(tmp_path):
+    empty = tmp_path / "empty.pt"
+    empty.touch()
+    with pytest.raises(CheckpointError, match="empty.pt is empty"):
+        load_checkpoint(empty)
+    save_checkpoint(tmp_path / "good.pt", {"w": torch.randn(1000), "step": 3})
+    data = (tmp_path / "good.pt").read_bytes()
+    for name, content in [("truncated.pt", data[: len(data) // 2]), ("text.pt", b"hello"),
+                          ("one_byte.pt", data[:1])]:
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(CheckpointError, match=f"{name} is truncated or not a checkpoint"):
+            load_checkpoint(tmp_path / name)
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="list.pt holds a list"):
+        load_checkpoint(tmp_path / "list.pt")
+
+
+def test_checkpoint_kind_refuses_the_other_trainers_file(tmp_path):
+    path = tmp_path / "ck.pt"
+    save_checkpoint(path, {"step": 1}, kind="majority")
+    assert load_checkpoint(path, kind="majority")["step"] == 1
+    assert load_checkpoint(path)["kind"] == "majority"
+    with pytest.raises(CheckpointError, match="ck.pt was written by the 'majority' trainer, not by 'lm'"):
+        load_checkpoint(path, kind="lm")
+    save_checkpoint(path, {"step": 1})
+    with pytest.raises(CheckpointError, match="without a trainer kind"):
+        load_checkpoint(path, kind="lm")
+
+
+MY_MODULES = ["layernorm", "folding", "attention", "transformer", "minilm", "checkpoint"]
+
+
+@pytest.mark.parametrize("module", MY_MODULES + ["plotting/" + p.stem for p in
+                         (Path(lncourse.__file__).parent / "plotting").glob("*.py")])
+def test_library_code_never_picks_a_device(module):
+    """device.py's promise: the device comes from the inputs or an argument."""
+    source = (Path(lncourse.__file__).parent / f"{module}.py").read_text()
+    assert "default_device" not in source and "cuda.is_available" not in source
 
 
 def test_shakespeare_corpus_and_tokenizer():
@@ -57,29 +100,88 @@ def test_gpt_cache_and_placements():
     idx = torch.randint(0, 20, (3, 12))
     logits, loss, cache = model(idx, idx, return_cache=True)
     assert logits.shape == (3, 12, 20) and loss.ndim == 0
-    logits2, _, _ = model(idx)  # the fast path (SDPA) equals the explicit one
-    torch.testing.assert_close(logits, logits2, atol=1e-5, rtol=1e-5)
+    logits2, _, _ = model(idx)
+    assert torch.equal(logits, logits2)  # a cache does not switch the numerical path
     w = cache["blocks.1.attn_weights"]
-    assert torch.allclose(w.sum(-1), torch.ones_like(w.sum(-1)))
+    torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
     assert (w.triu(1) == 0).all()  # causal
     # pre-LN: attention reads LN outputs, on the sphere of radius sqrt(d) in H
     a = cache["blocks.0.attn_in"]
     torch.testing.assert_close(a.norm(dim=-1), torch.full(a.shape[:-1], math.sqrt(16)), atol=1e-3, rtol=1e-4)
-    post = GPT(TransformerConfig(vocab_size=20, d_model=16, n_heads=4, n_layers=2, block_size=12,
-                                 placement="post"))
-    _, _, c = post(idx, return_cache=True)
-    torch.testing.assert_close(c["blocks.0.attn_in"], c["embed"])
-    torch.testing.assert_close(c["blocks.1.attn_in"], c["blocks.0.resid_post"])
+    torch.testing.assert_close(a.mean(-1), torch.zeros(a.shape[:-1]), atol=1e-5, rtol=0)
 
 
-def test_gpt_variants_and_errors():
+def _independent_block(block, x, placement, causal=True):
+    """A pre- or post-LN block written with torch's own LayerNorm and attention."""
+    def ln(module, h):
+        return F.layer_norm(h, h.shape[-1:], module.weight, module.bias, module.eps)
+
+    def attn(h):
+        a, (B, T, d) = block.attn, h.shape
+        q, k, v = (W(h).view(B, T, 4, d // 4).transpose(1, 2) for W in (a.W_Q, a.W_K, a.W_V))
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return a.W_O(z.transpose(1, 2).reshape(B, T, d))
+
+    if placement == "pre":
+        mid = x + attn(ln(block.ln1, x))
+        return mid, mid + block.mlp(ln(block.ln2, mid))
+    mid = x + attn(x)
+    h = ln(block.ln1, mid)
+    return mid, ln(block.ln2, h + block.mlp(h))
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_block_against_an_independent_implementation(placement):
+    cfg = TransformerConfig(vocab_size=20, d_model=16, n_heads=4, n_layers=2, block_size=12,
+                            placement=placement, init_std=0.3)
+    model = GPT(cfg)
+    for p in model.parameters():  # gamma and beta away from 1 and 0
+        torch.nn.init.normal_(p, 0.0, 0.3)
+    idx = torch.randint(0, 20, (3, 12))
+    with torch.no_grad():
+        _, _, c = model(idx, return_cache=True)
+        x = c["embed"]
+        for i, block in enumerate(model.blocks):
+            mid, out = _independent_block(block, x, placement)
+            torch.testing.assert_close(c[f"blocks.{i}.resid_mid"], mid, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(c[f"blocks.{i}.resid_post"], out, atol=1e-5, rtol=1e-4)
+            # the keys mean the same in both placements
+            torch.testing.assert_close(c[f"blocks.{i}.resid_mid"],
+                                       c[f"blocks.{i}.resid_pre"] + c[f"blocks.{i}.attn_out"])
+            ln1_reads = c[f"blocks.{i}.resid_pre" if placement == "pre" else f"blocks.{i}.resid_mid"]
+            torch.testing.assert_close(c[f"blocks.{i}.ln1"], block.ln1(ln1_reads))
+            attn_reads = c[f"blocks.{i}.ln1"] if placement == "pre" else x
+            torch.testing.assert_close(c[f"blocks.{i}.attn_in"], attn_reads)
+            x = out
+
+
+def _independent_norm(name, x, eps=1e-5):
+    if name == "layernorm":
+        return F.layer_norm(x, x.shape[-1:], eps=eps)
+    if name == "no_scaling":
+        return x - x.mean(-1, keepdim=True)
+    if name == "no_projection":  # RMSNorm
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x
+
+
+@pytest.mark.parametrize("norm", sorted(NORMS))
+def test_each_norm_is_what_its_name_says(norm):
+    model = GPT(TransformerConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, block_size=8,
+                                  norm_attn=norm, pos_emb=False, causal=False, init_std=0.5))
     idx = torch.randint(0, 10, (2, 8))
-    for norm in ("layernorm", "no_scaling", "no_projection", "none"):
-        m = GPT(TransformerConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, block_size=8,
-                                  norm_attn=norm, pos_emb=False, causal=False))
-        _, _, c = m(idx, return_cache=True)
-        if norm == "no_scaling":
-            assert c["blocks.0.attn_in"].mean(-1).abs().max() < 1e-5
+    with torch.no_grad():
+        _, _, c = model(idx, return_cache=True)
+    torch.testing.assert_close(c["blocks.0.attn_in"], _independent_norm(norm, c["embed"]))
+    # the MLP's norm is the default, full LayerNorm
+    torch.testing.assert_close(c["blocks.0.mlp_in"], _independent_norm("layernorm", c["blocks.0.resid_mid"]))
+
+
+def test_norms_have_one_name_each_and_errors():
+    flags = [f for f in NORMS.values()]
+    assert len(set(flags)) == len(flags) == 4
+    with pytest.raises(ValueError, match="'rmsnorm' is called 'no_projection'"):
+        TransformerConfig(vocab_size=10, norm="rmsnorm")
     with pytest.raises(ValueError, match="divisible"):
         TransformerConfig(vocab_size=10, d_model=10, n_heads=3)
     with pytest.raises(ValueError, match="unknown norm"):

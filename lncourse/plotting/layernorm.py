@@ -5,32 +5,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from .style import COLORS, blank_figure, new_figure
+from .interactive import interactive_figure
+from .space3d import draw_ones, draw_plane, frame_3d, plane_basis
+from .style import COLORS, figure_and_axes
 
 __all__ = ["ln_pipeline_3d", "plane_to_two_points", "ellipse_in_plane", "variance_errors",
            "attention_inputs", "folding_errors", "explore_ln_3d"]
 
 
-def _plane_basis() -> tuple[np.ndarray, np.ndarray]:
-    """An orthonormal basis (u, w) of the plane x + y + z = 0."""
-    u = np.array([1.0, -1.0, 0.0]) / math.sqrt(2)
-    w = np.array([1.0, 1.0, -2.0]) / math.sqrt(6)
-    return u, w
-
-
-def _draw_plane(ax, extent: float) -> None:
-    u, w = _plane_basis()
-    a, b = np.meshgrid(np.linspace(-extent, extent, 2), np.linspace(-extent, extent, 2))
-    pts = a[..., None] * u + b[..., None] * w
-    ax.plot_surface(pts[..., 0], pts[..., 1], pts[..., 2], color=COLORS["projected"],
-                    alpha=0.12, linewidth=0)
-
-
 def _draw_circle(ax, radius: float, center=(0.0, 0.0, 0.0), gamma=(1.0, 1.0, 1.0),
                  color=None, label=None) -> None:
-    u, w = _plane_basis()
+    """The circle of ``radius`` in the plane orthogonal to 1, then gamma * . + center."""
+    u, w = plane_basis()
     t = np.linspace(0, 2 * np.pi, 200)
     circle = radius * (np.cos(t)[:, None] * u + np.sin(t)[:, None] * w)
     circle = circle * np.asarray(gamma) + np.asarray(center)
@@ -38,99 +27,81 @@ def _draw_circle(ax, radius: float, center=(0.0, 0.0, 0.0), gamma=(1.0, 1.0, 1.0
             lw=1.5, label=label)
 
 
-def _ones_arrow(ax, length: float) -> None:
-    d = np.ones(3) / math.sqrt(3) * length
-    ax.quiver(0, 0, 0, *d, color="k", arrow_length_ratio=0.15, lw=1.2)
-    ax.text(*(d * 1.1), "1", fontsize=10)
-
-
-def _set_3d(ax, lim: float, elev: float, azim: float, title: str) -> None:
-    ax.set_xlim(-lim, lim)
-    ax.set_ylim(-lim, lim)
-    ax.set_zlim(-lim, lim)
-    ax.set_box_aspect((1, 1, 1))
-    ax.view_init(elev=elev, azim=azim)
-    ax.set_xlabel("x1")
-    ax.set_ylabel("x2")
-    ax.set_zlabel("x3")
-    ax.set_title(title)
-
-
 def ln_pipeline_3d(points, projected, scaled, elev: float = 20.0, azim: float = 35.0,
-                   fig: Figure | None = None) -> Figure:
+                   ax=None) -> Figure:
     """Three panels in R^3: a cloud, its projection onto x+y+z=0, and its scaling.
 
-    points, projected, scaled: (n, 3) arrays (input, f(x), g(f(x))).
+    points, projected, scaled: (n, 3) arrays (input, f(x), g(f(x))). ``ax``: three 3-D
+    axes, or None for a new figure.
     """
     points, projected, scaled = map(np.asarray, (points, projected, scaled))
-    if fig is None:
-        fig = blank_figure(12, 4.2)
+    fig, axes = figure_and_axes(ax, 3, width=12, height=4.2, projection="3d")
     lim = float(np.abs(points).max()) * 1.05
     panels = [(points, COLORS["input"], "input x"),
               (projected, COLORS["projected"], "centred: f(x) = Px"),
               (scaled, COLORS["scaled"], "scaled: g(f(x)), radius √3")]
-    for i, (pts, color, title) in enumerate(panels):
-        ax = fig.add_subplot(1, 3, i + 1, projection="3d")
+    for i, (a, (pts, color, title)) in enumerate(zip(axes, panels)):
         if i > 0:
-            _draw_plane(ax, lim)
+            draw_plane(a, lim)
         if i == 2:
-            _draw_circle(ax, math.sqrt(3))
-        ax.scatter(pts[:, 0], pts[:, 1], pts[:, 2], s=6, color=color, depthshade=False)
-        _ones_arrow(ax, lim * 0.8)
-        _set_3d(ax, lim, elev, azim, title)
+            _draw_circle(a, math.sqrt(3))
+        a.scatter(pts[:, 0], pts[:, 1], pts[:, 2], s=6, color=color, depthshade=False)
+        draw_ones(a, lim * 0.8)
+        frame_3d(a, lim, elev, azim, title)
     return fig
 
 
-def plane_to_two_points(plane_points, images, v, ones_coeff, fig: Figure | None = None) -> Figure:
-    """Points s v + t 1 of a plane (coloured by the sign of s) and their two images."""
+def plane_to_two_points(plane_points, images, v, ones_coeff, ax=None) -> Figure:
+    """Points s v + t 1 of a plane (coloured by the sign of s) and their two images.
+
+    plane_points, images: (n, 3); v: (3,); ones_coeff: the s of each point, (n,).
+    ``ax``: a 3-D axes, or None for a new figure.
+    """
     plane_points, images, v = map(np.asarray, (plane_points, images, v))
     s_positive = np.asarray(ones_coeff) > 0
-    if fig is None:
-        fig = blank_figure(6.4, 5.0)
-    ax = fig.add_subplot(projection="3d")
+    fig, ax = figure_and_axes(ax, width=6.4, height=5.0, projection="3d")
     lim = float(np.abs(plane_points).max()) * 1.05
     for mask, color, name in [(s_positive, COLORS["layernorm"], "s > 0"),
                               (~s_positive, COLORS["highlight"], "s < 0")]:
         ax.scatter(*plane_points[mask].T, s=5, color=color, alpha=0.35,
                    label=f"x = s v + t 1, {name}", depthshade=False)
-        ax.scatter(*images[mask].T, s=120, color=color, marker="*", edgecolor="k",
+        ax.scatter(*images[mask].T, s=120, color=color, marker="*", edgecolor=COLORS["ink"],
                    label=f"LN(x), {name}", depthshade=False)
-    _draw_plane(ax, lim)
-    _ones_arrow(ax, lim * 0.8)
-    _set_3d(ax, lim, 20, 35, "")
+    draw_plane(ax, lim)
+    draw_ones(ax, lim * 0.8)
+    frame_3d(ax, lim, 20, 35)
     ax.legend(loc="upper left", fontsize=8)
     return fig
 
 
-def ellipse_in_plane(scaled, affine, gamma, beta, fig: Figure | None = None) -> Figure:
-    """The circle g(f(x)) and its image gamma * y + beta: an ellipse in a shifted plane."""
+def ellipse_in_plane(scaled, affine, gamma, beta, ax=None) -> Figure:
+    """The circle g(f(x)) and its image gamma * y + beta: an ellipse in a shifted plane.
+
+    scaled, affine: (n, 3); gamma, beta: (3,). ``ax``: a 3-D axes, or None.
+    """
     scaled, affine = np.asarray(scaled), np.asarray(affine)
-    if fig is None:
-        fig = blank_figure(6.4, 5.0)
-    ax = fig.add_subplot(projection="3d")
+    fig, ax = figure_and_axes(ax, width=6.4, height=5.0, projection="3d")
     lim = float(max(np.abs(scaled).max(), np.abs(affine).max())) * 1.05
-    _draw_plane(ax, lim)
+    draw_plane(ax, lim)
     _draw_circle(ax, math.sqrt(3), label="sphere ∩ plane (radius √3)")
     _draw_circle(ax, math.sqrt(3), center=beta, gamma=gamma, color=COLORS["affine"],
                  label="after γ, β: an ellipse around β")
     ax.scatter(*scaled.T, s=8, color=COLORS["scaled"], depthshade=False)
     ax.scatter(*affine.T, s=8, color=COLORS["affine"], depthshade=False)
-    ax.scatter(*np.asarray(beta), s=60, color="k", marker="x", depthshade=False)
-    _ones_arrow(ax, lim * 0.8)
-    _set_3d(ax, lim, 20, 35, "")
+    ax.scatter(*np.asarray(beta), s=60, color=COLORS["ink"], marker="x", depthshade=False)
+    draw_ones(ax, lim * 0.8)
+    frame_3d(ax, lim, 20, 35)
     ax.legend(loc="upper left", fontsize=8)
     return fig
 
 
-def variance_errors(offsets, errors: dict[str, np.ndarray], ax=None) -> Figure:
+def variance_errors(offsets, errors: dict[str, np.ndarray], ax: Axes | None = None
+                    ) -> Figure:
     """Relative error of a variance computed in low precision, against the mean offset.
 
     errors: label -> array of relative errors (same length as ``offsets``).
     """
-    if ax is None:
-        fig, ax = new_figure(width=6.4, height=4.0)
-    else:
-        fig = ax.figure
+    fig, ax = figure_and_axes(ax, width=6.4, height=4.0)
     styles = {"one-pass": "--", "two-pass": "-"}
     for label, err in errors.items():
         style = next((s for k, s in styles.items() if k in label), "-")
@@ -145,14 +116,12 @@ def variance_errors(offsets, errors: dict[str, np.ndarray], ax=None) -> Figure:
 
 
 def attention_inputs(stats: dict[str, dict[str, list[float]]], ax=None) -> Figure:
-    """Per layer: how far the attention input is from the LayerNorm sphere.
+    """Per layer: how far the attention input is from the LayerNorm sphere (two panels).
 
-    stats: placement -> {"mean_abs_mean": [...], "norm_over_sqrt_d": [...]}.
+    stats: placement -> {"mean_abs_mean": [...], "norm_over_sqrt_d": [...]}. ``ax``: two
+    axes, or None for a new figure.
     """
-    if ax is None:
-        fig, axes = new_figure(1, 2, width=9.0, height=3.4)
-    else:
-        fig, axes = ax.figure, ax
+    fig, axes = figure_and_axes(ax, 2, width=9.0, height=3.4)
     for placement, s in stats.items():
         layers = np.arange(len(s["mean_abs_mean"]))
         axes[0].plot(layers, s["mean_abs_mean"], marker="o", label=f"{placement}-LN")
@@ -166,12 +135,9 @@ def attention_inputs(stats: dict[str, dict[str, list[float]]], ax=None) -> Figur
     return fig
 
 
-def folding_errors(layers, errors: dict[str, list[float]], ax=None) -> Figure:
+def folding_errors(layers, errors: dict[str, list[float]], ax: Axes | None = None) -> Figure:
     """Largest absolute difference between original and folded quantities, per layer."""
-    if ax is None:
-        fig, ax = new_figure(width=6.4, height=3.4)
-    else:
-        fig = ax.figure
+    fig, ax = figure_and_axes(ax, width=6.4, height=3.4)
     width = 0.8 / len(errors)
     for i, (label, err) in enumerate(errors.items()):
         ax.bar(np.asarray(layers) + (i - (len(errors) - 1) / 2) * width, err, width=width,
@@ -186,23 +152,18 @@ def folding_errors(layers, errors: dict[str, list[float]], ax=None) -> Figure:
 def explore_ln_3d(points):
     """An ipywidgets explorer of :func:`ln_pipeline_3d`: turn the view, shift the cloud.
 
-    Returns the widget (display it in Jupyter or Colab). points: (n, 3).
+    Returns the widget (end a Jupyter or Colab cell with it). points: (n, 3).
     """
-    import ipywidgets as widgets
-    from IPython.display import display
-
     points = np.asarray(points, dtype=float)
 
-    def draw(elev: float = 20.0, azim: float = 35.0, shift: float = 0.0):
+    def draw(elev: float, azim: float, shift: float) -> Figure:
         x = points + shift
         centred = x - x.mean(axis=1, keepdims=True)
         scaled = math.sqrt(3) * centred / np.linalg.norm(centred, axis=1, keepdims=True)
-        fig = ln_pipeline_3d(x, centred, scaled, elev=elev, azim=azim)
-        display(fig)
+        return ln_pipeline_3d(x, centred, scaled, elev=elev, azim=azim)
 
-    return widgets.interactive(
+    return interactive_figure(
         draw,
-        elev=widgets.FloatSlider(value=20, min=-90, max=90, step=5, description="elevation"),
-        azim=widgets.FloatSlider(value=35, min=-180, max=180, step=5, description="azimuth"),
-        shift=widgets.FloatSlider(value=0, min=-3, max=3, step=0.25,
-                                  description="shift along 1"))
+        elev=dict(value=20, min=-90, max=90, step=5, description="elevation"),
+        azim=dict(value=35, min=-180, max=180, step=5, description="azimuth"),
+        shift=dict(value=0, min=-3, max=3, step=0.25, description="shift along 1"))

@@ -7,9 +7,11 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from .style import COLORS, band, new_figure
+from .space3d import draw_ones, draw_plane, frame_3d
+from .style import COLORS, band, figure_and_axes
 
-__all__ = ["VARIANT_LABELS", "majority_curves", "keys_queries_3d", "steps_to_accuracy"]
+__all__ = ["VARIANT_LABELS", "majority_curves", "keys_queries_3d", "steps_to_accuracy",
+           "effects_forest", "grid_summary"]
 
 VARIANT_LABELS = {
     "layernorm": "LayerNorm",
@@ -17,15 +19,14 @@ VARIANT_LABELS = {
     "no_projection_released": "no projection (released: x/(‖x‖√d))",
     "none": "no norm",
     "layernorm_released_scale": "LayerNorm at the released scale (LN(x)/d)",
+    "no_projection_sigma": "no projection (other reading: x/σ(x−μ))",
+    "no_projection_released_value_scaled": "released, W_V × d at init",
+    "no_projection_released_gain": "released, learned gain",
 }
 
 
-# Variants outside the shared palette (the control of chapter 3).
-_EXTRA_COLORS = {"layernorm_released_scale": "#8c564b"}
-
-
 def _color(variant: str) -> str | None:
-    return COLORS.get(variant, _EXTRA_COLORS.get(variant))
+    return COLORS.get(variant)
 
 
 def _label(variant: str) -> str:
@@ -40,10 +41,7 @@ def majority_curves(step, curves: dict[str, np.ndarray], ylabel: str,
     step: (P,); curves: variant -> (n_seeds, P); paper: optional variant -> (steps,
     values) read off the paper's figure, drawn as markers in the variant's colour.
     """
-    if ax is None:
-        fig, ax = new_figure()
-    else:
-        fig = ax.figure
+    fig, ax = figure_and_axes(ax)
     step = np.asarray(step)
     for variant, values in curves.items():
         values = np.asarray(values, dtype=float)
@@ -51,8 +49,8 @@ def majority_curves(step, curves: dict[str, np.ndarray], ylabel: str,
             raise ValueError(f"{variant}: {values.shape[-1]} points for {len(step)} steps")
         band(ax, step, values, label=_label(variant), color=_color(variant))
     for variant, (ps, pv) in (paper or {}).items():
-        ax.plot(ps, pv, linestyle="none", marker="D", markersize=6, markerfacecolor="white",
-                color=_color(variant) or COLORS["paper"],
+        ax.plot(ps, pv, linestyle="none", marker="D", markersize=6,
+                markerfacecolor=COLORS["background"], color=_color(variant) or COLORS["paper"],
                 label=f"paper, {_label(variant).split(' (')[0]}")
     if logy:
         ax.set_yscale("log")
@@ -64,36 +62,28 @@ def majority_curves(step, curves: dict[str, np.ndarray], ylabel: str,
 
 def _ones_and_plane(ax, radius: float) -> None:
     """The all-ones direction and a disc of the plane orthogonal to it."""
-    one = np.ones(3) / np.sqrt(3)
-    ax.plot(*np.stack([-1.3 * radius * one, 1.3 * radius * one]).T, color=COLORS["theory"],
-            lw=2.0, linestyle="--", label="direction of 1", zorder=5)
-    u = np.array([1.0, -1.0, 0.0]) / np.sqrt(2)
-    w = np.cross(one, u)
-    t = np.linspace(0, 2 * np.pi, 60)
-    r = np.linspace(0, radius, 2)
-    T, R = np.meshgrid(t, r)
-    pts = R[..., None] * (np.cos(T)[..., None] * u + np.sin(T)[..., None] * w)
-    ax.plot_surface(pts[..., 0], pts[..., 1], pts[..., 2], color=COLORS["input"],
-                    alpha=0.15, linewidth=0)
+    draw_ones(ax, 1.3 * radius, line=True, label="direction of 1")
+    draw_plane(ax, radius, color=COLORS["input"], alpha=0.15, disc=True)
 
 
 def keys_queries_3d(panels: dict[str, tuple[np.ndarray, np.ndarray]],
                     elev: float = 8.0, azim: float = -45.0, width: float = 9.0,
-                    query_length: float | None = 0.9) -> Figure:
+                    query_length: float | None = 0.9, ax=None) -> Figure:
     """Figure 1a/1b: keys (norm1 of the embeddings) and effective queries of d = 3 models.
 
     panels: title -> (keys (n, 3), queries (n, 3)). Each panel also shows the direction
     of 1 and the plane orthogonal to it, where LayerNorm puts every key. Only a query's
     direction matters for which key wins, so by default queries are drawn with length
-    ``query_length`` times the largest key (None: as they are).
+    ``query_length`` times the largest key (None: as they are). ``ax``: one 3-D axes
+    per panel, or None for a new figure.
     """
-    fig = new_figure(width=width, height=width / len(panels) + 0.4)[0]
-    fig.clf()
-    for k, (title, (keys, queries)) in enumerate(panels.items()):
+    fig, axes = figure_and_axes(ax, len(panels), width=width,
+                                height=width / len(panels) + 0.4, projection="3d")
+    for k, (ax, (title, (keys, queries))) in enumerate(zip(np.atleast_1d(axes),
+                                                           panels.items())):
         keys, queries = np.asarray(keys, float), np.asarray(queries, float)
         if keys.shape[-1] != 3 or queries.shape[-1] != 3:
             raise ValueError("keys and queries must be 3-dimensional")
-        ax = fig.add_subplot(1, len(panels), k + 1, projection="3d")
         key_len = float(np.linalg.norm(keys, axis=1).max())
         if query_length is not None:
             norms = np.linalg.norm(queries, axis=1, keepdims=True)
@@ -106,15 +96,7 @@ def keys_queries_3d(panels: dict[str, tuple[np.ndarray, np.ndarray]],
             for j, v in enumerate(vecs):
                 ax.plot([0, v[0]], [0, v[1]], [0, v[2]], color=color, lw=1, marker=marker,
                         markersize=3, markevery=[1], label=name if j == 0 else None)
-        ax.set_xlim(-radius, radius)
-        ax.set_ylim(-radius, radius)
-        ax.set_zlim(-radius, radius)
-        ax.set_xlabel("x")
-        ax.set_ylabel("y")
-        ax.set_zlabel("z")
-        ax.set_box_aspect((1, 1, 1))
-        ax.set_title(title)
-        ax.view_init(elev=elev, azim=azim)
+        frame_3d(ax, radius, elev, azim, title, labels=("x", "y", "z"))
         if k == 0:
             ax.legend(loc="upper left")
     return fig
@@ -126,10 +108,7 @@ def steps_to_accuracy(steps_by_variant: dict[str, np.ndarray], threshold: float,
 
     Seeds that never reached it (NaN) are drawn at ``max_step`` as open markers.
     """
-    if ax is None:
-        fig, ax = new_figure(height=0.6 + 0.55 * len(steps_by_variant))
-    else:
-        fig = ax.figure
+    fig, ax = figure_and_axes(ax, height=0.6 + 0.55 * len(steps_by_variant))
     names = list(steps_by_variant)
     for row, variant in enumerate(names):
         s = np.asarray(steps_by_variant[variant], dtype=float)
@@ -146,4 +125,44 @@ def steps_to_accuracy(steps_by_variant: dict[str, np.ndarray], threshold: float,
     ax.set_yticks(range(len(names)), [_label(v) for v in names])
     ax.invert_yaxis()
     ax.set_xlabel(f"training steps to {threshold:.0%} test accuracy")
+    return fig
+
+
+def effects_forest(effects: dict[str, tuple[float, float, float]], xlabel: str,
+                   ax: Axes | None = None) -> Figure:
+    """Paired effects as a forest plot: each row a (mean, low, high) interval, with the
+    line of no effect. effects: row label -> (mean, low, high), drawn top to bottom."""
+    fig, ax = figure_and_axes(ax, height=0.7 + 0.45 * len(effects))
+    labels = list(effects)
+    for row, label in enumerate(labels):
+        mean, low, high = effects[label]
+        ax.errorbar(mean, row, xerr=[[mean - low], [high - mean]], fmt="o",
+                    color=COLORS["ours"], capsize=4)
+    ax.axvline(0.0, color=COLORS["theory"], lw=1, linestyle="--")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    return fig
+
+
+def grid_summary(cells: dict[tuple[int, float], dict[str, np.ndarray]], ylabel: str,
+                 ax: Axes | None = None) -> Figure:
+    """One group of dots per (batch size, learning rate) cell, one colour per variant:
+    each seed's value and the mean (a bar). cells: (batch, lr) -> variant -> (n_seeds,)."""
+    fig, ax = figure_and_axes(ax, width=8.0, height=4.0)
+    keys = list(cells)
+    variants = list(dict.fromkeys(v for cell in cells.values() for v in cell))
+    width = 0.8 / len(variants)
+    for col, key in enumerate(keys):
+        for k, variant in enumerate(variants):
+            if variant not in cells[key]:
+                continue
+            vals = np.asarray(cells[key][variant], dtype=float)
+            x = col - 0.4 + (k + 0.5) * width
+            ax.plot(np.full(len(vals), x), vals, ".", color=_color(variant), alpha=0.7)
+            ax.plot([x - width / 2, x + width / 2], [vals.mean()] * 2, color=_color(variant),
+                    lw=2.5, label=_label(variant) if col == 0 else None)
+    ax.set_xticks(range(len(keys)), [f"batch {b}\nlr {lr:g}" for b, lr in keys])
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
     return fig

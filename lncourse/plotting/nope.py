@@ -6,16 +6,10 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from .style import COLORS, new_figure
+from .style import COLORS, SERIES, figure_and_axes
 
 __all__ = ["variance_loglog", "cumulative_attention", "sigma_sweep", "probe_errors",
            "final_ln_signal"]
-
-
-def _axes(ax: Axes | None, width: float = 6.4, height: float = 4.0) -> tuple[Figure, Axes]:
-    if ax is None:
-        return new_figure(width=width, height=height)
-    return ax.figure, ax
 
 
 def variance_loglog(measured, theory, corrected=None, labels: dict | None = None,
@@ -24,7 +18,7 @@ def variance_loglog(measured, theory, corrected=None, labels: dict | None = None
 
     measured: (T,) or a dict label -> (T,) for several curves; theory and corrected: (T,).
     """
-    fig, ax = _axes(ax)
+    fig, ax = figure_and_axes(ax)
     curves = measured if isinstance(measured, dict) else {"measured": measured}
     colors = [COLORS["ours"], COLORS["no_projection"], COLORS["no_scaling"], COLORS["none"]]
     for (label, v), c in zip(curves.items(), colors):
@@ -51,14 +45,15 @@ def cumulative_attention(mean_weights, positions=None, ax: Axes | None = None) -
     mean_weights: (T, T) attention weights averaged over samples and heads. A uniform row
     over m keys would be the straight line n / m.
     """
-    fig, ax = _axes(ax)
+    fig, ax = figure_and_axes(ax)
     w = np.asarray(mean_weights, dtype=float)
     T = w.shape[0]
     positions = positions or sorted({max(1, T // 8), T // 4, T // 2, T})
     for i, m in enumerate(positions):
         n = np.arange(1, m + 1)
-        ax.plot(n, np.cumsum(w[m - 1, :m]), lw=1.5, color=f"C{i}", label=f"query m = {m}")
-        ax.plot(n, n / m, lw=0.8, ls="--", color=f"C{i}")
+        color = SERIES[i % len(SERIES)]
+        ax.plot(n, np.cumsum(w[m - 1, :m]), lw=1.5, color=color, label=f"query m = {m}")
+        ax.plot(n, n / m, lw=0.8, ls="--", color=color)
     ax.set_xlabel("key position n")
     ax.set_ylabel("cumulative attention weight")
     ax.legend(title="dashed: uniform")
@@ -69,15 +64,11 @@ def sigma_sweep(results: dict, ax: Axes | None = None) -> Figure:
     """Measured and theoretical variance for several σ (Figure 5), one panel each.
 
     results: σ -> (measured (T,), theory (T,)) or (measured, theory, corrected).
-    ``ax`` may be a sequence of axes.
+    ``ax``: one axes per σ, or None for a new figure.
     """
     n = len(results)
-    if ax is None:
-        fig, axes = new_figure(1, n, width=3.2 * n, height=3.2)
-        axes = np.atleast_1d(axes)
-    else:
-        axes = np.atleast_1d(ax)
-        fig = axes[0].figure
+    fig, axes = figure_and_axes(ax, n, width=3.2 * n, height=3.2)
+    axes = np.atleast_1d(axes)
     for a, (sigma, curves) in zip(axes, results.items()):
         v, t = np.asarray(curves[0], dtype=float), np.asarray(curves[1], dtype=float)
         m = np.arange(1, len(v) + 1)
@@ -101,7 +92,7 @@ def probe_errors(results: dict, baseline: float, paper: dict | None = None,
 
     results: label -> (layers, mae); baseline: the error of always guessing the middle.
     """
-    fig, ax = _axes(ax)
+    fig, ax = figure_and_axes(ax)
     colors = [COLORS["ours"], COLORS["no_projection"], COLORS["no_scaling"]]
     for (label, (layers, mae)), c in zip(results.items(), colors):
         ax.plot(layers, mae, marker="o", color=c, label=label)
@@ -117,12 +108,12 @@ def probe_errors(results: dict, baseline: float, paper: dict | None = None,
 
 def final_ln_signal(resid, ln_mean, ln_spread, predicted_spread=None,
                     predicted_label: str = "Lemma 4", ax: Axes | None = None) -> Figure:
-    """Before and after the final LayerNorm: mean variance and its spread over dimensions."""
-    if ax is None:
-        fig, axes = new_figure(1, 2, width=9.0, height=3.6)
-    else:
-        axes = np.atleast_1d(ax)
-        fig = axes[0].figure
+    """Before and after the final LayerNorm: mean variance and its spread over dimensions.
+
+    resid, ln_mean, ln_spread, predicted_spread: (T,). Two panels: ``ax`` is two axes,
+    or None for a new figure.
+    """
+    fig, axes = figure_and_axes(ax, 2, width=9.0, height=3.6)
     m = np.arange(1, len(resid) + 1)
     axes[0].plot(m, np.asarray(resid, dtype=float), color=COLORS["none"], label="x + o")
     axes[0].plot(m, np.asarray(ln_mean, dtype=float), color=COLORS["layernorm"],

@@ -6,7 +6,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from .style import COLORS, new_figure
+from .style import COLORS, figure_and_axes
 
 __all__ = ["keys_hull_2d", "unselectable_heatmaps", "fraction_vs_dimension",
            "lm_loss_curves", "layer_fractions"]
@@ -28,10 +28,7 @@ def keys_hull_2d(keys, selectable, angle: float | None = None,
     keys, selectable = np.asarray(keys, dtype=float), np.asarray(selectable, dtype=bool)
     if keys.ndim != 2 or keys.shape[1] != 2:
         raise ValueError(f"keys_hull_2d draws keys of shape (n, 2), got {keys.shape}")
-    if ax is None:
-        fig, ax = new_figure(width=5.0, height=5.0)
-    else:
-        fig = ax.figure
+    fig, ax = figure_and_axes(ax, width=5.0, height=5.0)
     hull = _ordered_hull(keys, selectable)
     ax.fill(hull[:, 0], hull[:, 1], color=COLORS["layernorm"], alpha=0.08, lw=0)
     closed = np.vstack([hull, hull[:1]])
@@ -70,15 +67,16 @@ def _edges(values: np.ndarray) -> np.ndarray:
 
 
 def unselectable_heatmaps(ns, ds, panels: dict, reference: dict | None = None,
-                          vmax: float = 1.0) -> Figure:
+                          vmax: float = 1.0, ax=None) -> Figure:
     """One heatmap per panel (title -> array (len(ds), len(ns))), d up, n across.
 
     reference: {(d, n): value} printed on the first panel (the paper's numbers).
+    ``ax``: one axes per panel, or None for a new figure.
     """
     ns, ds = np.asarray(ns), np.asarray(ds)
-    fig, axes = new_figure(1, len(panels), width=4.2 * len(panels), height=3.6,
-                           squeeze=False)
-    for ax, (title, values) in zip(axes[0], panels.items()):
+    fig, axes = figure_and_axes(ax, len(panels), width=4.2 * len(panels), height=3.6)
+    axes = np.atleast_1d(axes)
+    for ax, (title, values) in zip(axes, panels.items()):
         # cell edges halfway between grid values, so uneven grids draw correctly
         im = ax.pcolormesh(_edges(ns), _edges(ds), np.asarray(values), vmin=0, vmax=vmax,
                            cmap="viridis")
@@ -86,10 +84,11 @@ def unselectable_heatmaps(ns, ds, panels: dict, reference: dict | None = None,
         ax.set_xlabel("number of keys n")
         ax.set_ylabel("dimension d")
         ax.grid(False)
-        if reference and ax is axes[0, 0]:
+        if reference and ax is axes[0]:
             for (d, n), val in reference.items():
-                ax.text(n, d, f"{val:.2f}", color="white", ha="center", va="center",
-                        fontsize=7, bbox=dict(fc=COLORS["paper"], alpha=0.7, lw=0, pad=1))
+                ax.text(n, d, f"{val:.2f}", color=COLORS["background"], ha="center",
+                        va="center", fontsize=7,
+                        bbox=dict(fc=COLORS["paper"], alpha=0.7, lw=0, pad=1))
         fig.colorbar(im, ax=ax, shrink=0.85)
     return fig
 
@@ -97,10 +96,7 @@ def unselectable_heatmaps(ns, ds, panels: dict, reference: dict | None = None,
 def fraction_vs_dimension(ds, curves: dict, ylabel: str, ax: Axes | None = None,
                           logy: bool = False) -> Figure:
     """Lines over the dimension d, one per label: curves {label: values (len(ds),)}."""
-    if ax is None:
-        fig, ax = new_figure(width=5.6, height=3.6)
-    else:
-        fig = ax.figure
+    fig, ax = figure_and_axes(ax, width=5.6, height=3.6)
     for label, values in curves.items():
         ax.plot(ds, values, marker="o", ms=3, label=label)
     ax.set_xlabel("dimension d")
@@ -111,9 +107,12 @@ def fraction_vs_dimension(ds, curves: dict, ylabel: str, ax: Axes | None = None,
     return fig
 
 
-def lm_loss_curves(histories: dict, colors: dict | None = None) -> Figure:
-    """Training and test loss per step, one line per model: {label: history from train_lm}."""
-    fig, axes = new_figure(1, 2, width=9.0, height=3.4, sharey=True)
+def lm_loss_curves(histories: dict, colors: dict | None = None, ax=None) -> Figure:
+    """Training and test loss per step, one line per model: {label: history from train_lm}.
+
+    Two panels (training, test): ``ax`` is two axes, or None for a new figure.
+    """
+    fig, axes = figure_and_axes(ax, 2, width=9.0, height=3.4, sharey=True)
     for label, h in histories.items():
         c = (colors or {}).get(label)
         axes[0].plot(h["step"][1:], h["train_loss"][1:], label=label, color=c)
@@ -131,10 +130,7 @@ def layer_fractions(series: dict, ax: Axes | None = None, colors: dict | None = 
 
     Labels in ``hatched`` (the paper's numbers) are drawn hatched.
     """
-    if ax is None:
-        fig, ax = new_figure(width=7.0, height=3.6)
-    else:
-        fig = ax.figure
+    fig, ax = figure_and_axes(ax, width=7.0, height=3.6)
     labels = list(series)
     L = len(next(iter(series.values())))
     width = 0.8 / len(labels)

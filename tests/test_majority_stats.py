@@ -1,0 +1,85 @@
+"""Tests for lncourse.majority_stats: per-seed summaries, paired intervals, the 2 x 2 design."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from lncourse import majority_stats as S
+
+
+def test_steps_to_threshold_and_censoring():
+    steps = np.array([0, 10, 20, 30])
+    vals = np.array([[0.1, 0.5, 0.95, 0.99], [0.1, 0.2, 0.3, 0.4], [0.9, 0.9, 0.9, 0.9]])
+    out = S.steps_to_threshold(steps, vals, 0.9)
+    assert out[0] == 20 and np.isnan(out[1]) and out[2] == 0
+    assert S.steps_to_threshold(steps, vals, 0.9, censor=30)[1] == 30
+    with pytest.raises(ValueError, match="3 values per run for 4 steps"):
+        S.steps_to_threshold(steps, vals[:, :3])
+
+
+def test_window_mean_is_the_area_under_the_curve():
+    steps = np.array([0, 100, 300, 600])
+    vals = np.array([[0.0, 1.0, 1.0, 0.4], [0.5, 0.5, 0.5, 0.5]])
+    # by hand: [0, 300]: (0.5*100 + 1*200) / 300
+    np.testing.assert_allclose(S.window_mean(steps, vals, 300), [250 / 300, 0.5])
+    np.testing.assert_allclose(S.window_mean(steps, vals),
+                               np.trapezoid(vals, steps, axis=1) / 600)
+    with pytest.raises(ValueError, match="step 200 was not evaluated"):
+        S.window_mean(steps, vals, 200)
+    with pytest.raises(ValueError, match="outside the run"):
+        S.window_mean(steps, vals, 700)
+
+
+def test_paired_interval_matches_scipy():
+    d = np.array([0.3, -0.1, 0.25, 0.4, 0.05, 0.2])
+    mean, low, high = S.paired_interval(d)
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+    assert mean == pytest.approx(d.mean())
+    assert (low, high) == pytest.approx((ci.low, ci.high))
+    with pytest.raises(ValueError, match="two finite paired differences"):
+        S.paired_interval(np.array([1.0, np.nan]))
+
+
+def test_factorial_effects_recover_known_effects():
+    rng = np.random.default_rng(0)
+    seed_luck = rng.normal(0, 5, size=8)             # shared by the cells of a seed
+    noise = lambda: rng.normal(0, 0.01, size=8)      # noqa: E731
+    # value = 10 + a p + b s + c p s with a = 1, b = 4, c = 2 (projection helps more at
+    # the paper's scale): projection effect a + c/2 = 2, scale b + c/2 = 5, interaction c
+    cells = {"layernorm": 17 + seed_luck + noise(), "no_projection": 14 + seed_luck + noise(),
+             "layernorm_released_scale": 11 + seed_luck + noise(),
+             "no_projection_released": 10 + seed_luck + noise()}
+    eff = S.factorial_effects(cells)
+    assert eff["projection"][0] == pytest.approx(2.0, abs=0.02)
+    assert eff["scale"][0] == pytest.approx(5.0, abs=0.02)
+    assert eff["interaction"][0] == pytest.approx(2.0, abs=0.03)
+    assert eff["projection_at_released_scale"][0] == pytest.approx(1.0, abs=0.03)
+    assert eff["projection_at_paper_scale"][0] == pytest.approx(3.0, abs=0.03)
+    # pairing removes the seeds' luck: intervals are narrow despite std 5 across seeds
+    assert eff["scale"][2] - eff["scale"][1] < 0.1
+    with pytest.raises(ValueError, match="no_projection_released"):
+        S.factorial_effects({k: v for k, v in cells.items() if k != "no_projection_released"})
+
+
+def test_equivalence_bound_is_the_widest_end_of_the_90_percent_interval():
+    d = np.array([0.1, -0.2, 0.05, 0.0, 0.15, -0.05])
+    _, low, high = S.paired_interval(d, 0.90)
+    assert S.equivalence_bound(d) == pytest.approx(max(-low, high))
+    assert S.equivalence_bound(d) < S.equivalence_bound(d * 3)
+
+
+def test_per_seed_metrics_on_a_history():
+    steps = [0, 100, 200]
+    history = {"config": {"lr": 1e-3}, "variant": ["a", "a", "b", "b"], "seed": [1, 2, 1, 2],
+               "lr": [1e-3] * 4, "step": steps,
+               "test_acc": [[0.3, 0.3, 0.3, 0.3], [0.85, 0.5, 0.7, 0.95], [0.95, 0.92, 0.8, 0.99]],
+               "train_loss": [[1.0] * 4] * 3, "query_angle": [[45.0] * 4] * 3}
+    assert list(S.per_seed(history, "steps_to_90")["a"]) == [200, 200]
+    assert list(S.per_seed(history, "steps_to_90")["b"]) == [200, 100]   # censored at 200
+    assert list(S.per_seed(history, "acc_at_100")["b"]) == [0.7, 0.95]
+    np.testing.assert_allclose(S.per_seed(history, "mean_acc_to_100")["a"],
+                               [(0.3 + 0.85) / 2, (0.3 + 0.5) / 2])
+    with pytest.raises(ValueError, match="unknown metric"):
+        S.per_seed(history, "speed")

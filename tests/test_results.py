@@ -1,0 +1,49 @@
+"""Tests for lncourse.results: stored results carry their provenance, load with clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lncourse import results as R
+
+
+def test_provenance_names_command_commit_device_and_versions():
+    p = R.provenance("cpu", 12.34, command="python -m x --y")
+    assert p["command"] == "python -m x --y" and p["wall_seconds"] == 12.3
+    assert p["torch"] == torch.__version__ and p["device"].startswith("cpu: ")
+    assert p["device"].endswith(f"{torch.get_num_threads()} threads")
+    assert len(p["git_commit"].split("+")[0]) == 40
+
+
+def test_write_and_load_round_trip(tmp_path):
+    with pytest.raises(ValueError, match=r"needs \['provenance'\]"):
+        R.write_result(tmp_path / "a.json", {"config": {}})
+    payload = {"config": {"steps": 10}, "step": [0, 10],
+               "provenance": R.provenance("cpu", 3600.0, command="c")}
+    path = R.write_result(tmp_path / "sub" / "a.json", payload)
+    assert R.load_result(path) == json.loads(path.read_text())
+    assert "1.0 h" in R.describe(payload) and "INCOMPLETE" not in R.describe(payload)
+    payload["step"] = [0, 5]
+    assert "INCOMPLETE: the first 5 of 10 steps" in R.describe(payload)
+
+
+def test_load_result_explains_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="results/README.md lists the command"):
+        R.load_result(tmp_path / "nothing.json")
+    (tmp_path / "bare.json").write_text(json.dumps({"config": {}}))
+    with pytest.raises(ValueError, match="has no provenance record"):
+        R.load_result(tmp_path / "bare.json")
+
+
+def test_run_started_keeps_the_first_command_and_adds_resumes(tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    first = R.run_started(ckpt, "cmd --a")
+    assert first["command"] == "cmd --a" and "resumed_at_commits" not in first
+    ckpt.write_bytes(b"x")                        # a checkpoint now exists: a resume
+    again = R.run_started(ckpt, "cmd --a")
+    assert again["git_commit"] == first["git_commit"] and len(again["resumed_at_commits"]) == 1
+    with pytest.raises(ValueError, match="was started by `cmd --a`"):
+        R.run_started(ckpt, "cmd --b")

@@ -1,0 +1,91 @@
+"""Every stored result (results/**/*.json) must still come out of today's code: a test
+recomputes a prefix of each (the first training steps, the first evaluation) and compares.
+And results/README.md lists every stored file with the command that writes it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+
+from lncourse.results import RESULTS_DIR
+
+MAJORITY = sorted(p for p in (RESULTS_DIR / "majority").glob("*.json")
+                  if p.stem != "throughput")
+
+
+def _load(path):
+    result = json.loads(path.read_text())
+    for key in ("command", "git_commit", "device", "torch", "wall_seconds"):
+        assert key in result["provenance"], f"{path.name}: provenance lacks {key}"
+    return result
+
+
+def test_readme_lists_every_stored_result():
+    readme = (RESULTS_DIR / "README.md").read_text()
+    listed = set(re.findall(r"`([\w/.-]+\.json)`", readme))
+    stored = {str(p.relative_to(RESULTS_DIR)) for p in RESULTS_DIR.glob("*/*.json")}
+    assert stored <= listed, f"not in results/README.md: {sorted(stored - listed)}"
+    assert listed <= stored, f"listed but missing: {sorted(listed - stored)}"
+
+
+@pytest.mark.parametrize("path", MAJORITY, ids=lambda p: p.stem)
+def test_stored_majority_run_replays(path):
+    """The first seed's models, retrained for the first steps, give the stored losses."""
+    from lncourse.majority_config import MajorityConfig
+    from lncourse.majority_train import TRACE_STEPS, train
+
+    stored = _load(path)
+    config = MajorityConfig.from_dict(stored["config"])
+    assert stored["step"][-1] == config.steps, "the run did not finish"
+    seed = config.seeds[0]
+    prefix = dataclasses.replace(config, seeds=(seed,), steps=TRACE_STEPS, eval_every=TRACE_STEPS)
+    replay = train(prefix, show_progress=False)
+    cols = [m for m, s in enumerate(stored["seed"]) if s == seed]
+    assert [stored["variant"][m] for m in cols] == replay["variant"]
+    assert [stored["lr"][m] for m in cols] == replay["lr"]
+    got = np.asarray(replay["trace"]["train_loss"])
+    want = np.asarray(stored["trace"]["train_loss"])[:, cols]
+    np.testing.assert_allclose(got, want, rtol=2e-4)
+    for key in ("train_loss", "test_acc", "query_angle"):             # the step-0 evaluation
+        np.testing.assert_allclose(replay[key][0], np.asarray(stored[key][0])[cols], rtol=2e-4)
+
+
+@pytest.mark.skipif(not (RESULTS_DIR / "majority" / "throughput.json").exists(),
+                    reason="no stored benchmark")
+def test_stored_benchmark_losses_replay():
+    """The benchmark's fused losses for the first seed come out of today's code (its
+    timings cannot be replayed; its claim that the methods agree can)."""
+    from lncourse.majority_bench import compare
+
+    stored = _load(RESULTS_DIR / "majority" / "throughput.json")
+    out = compare(n_seeds=1, variants=tuple(stored["variants"]),
+                  batch_size=stored["batch_size"], steps=stored["steps"], rounds=1,
+                  methods=("fused",))
+    n_seeds = stored["n_seeds"]
+    first_seed = stored["last_loss"]["fused"][::n_seeds]
+    np.testing.assert_allclose(out["last_loss"]["fused"], first_seed, rtol=2e-4)
+    assert max(stored["max_loss_diff_to_fused"].values()) < 1e-4
+
+
+CHAPTER3 = ("paper", "grid_b500", "grid_b6000", "three_d")
+
+
+@pytest.mark.skipif(not all((RESULTS_DIR / "majority" / f"{n}.json").exists() for n in CHAPTER3),
+                    reason="chapter 3's stored runs are not all there")
+def test_chapter3_conclusions_hold_for_the_stored_runs():
+    """Every statement of chapter 3's conclusion is supported by the stored results."""
+    from lncourse.majority_verdict import claims, grid_cells
+
+    paper, grid_b500, grid_b6000, three_d = (_load(RESULTS_DIR / "majority" / f"{n}.json")
+                                             for n in CHAPTER3)
+    grids = {500: grid_b500, 6000: grid_b6000}
+    assert len(grid_cells(paper, grids)) == 6
+    verdict = claims(paper, grids, three_d)
+    assert [c.key for c in verdict if c.holds is False] == []
+    # a statement may wait only for a run that is still going
+    running = any(r["step"][-1] < r["config"]["steps"] for r in grids.values())
+    assert all(c.holds is not None for c in verdict) or running
