@@ -240,6 +240,11 @@ def test_an_infinite_loop_scores_zero_for_that_exercise_only(tmp_path):
         e.label: e.label == "ex-rms-norm" for e in ch.exercises}
     assert (f"time limit of {LOOP_TIMEOUT:.2g} s ran out"
             in graded.outcomes["ex-centering-matrix"].message)
+    write_csv(ch, [graded], tmp_path / "grades.csv")
+    row = ",".join("1" if e.label == "ex-rms-norm" else "0" for e in ch.exercises)
+    assert (tmp_path / "grades.csv").read_text().splitlines() == [
+        "submission," + ",".join(e.label for e in ch.exercises) + ",total",
+        f"{tmp_path / 'loop.ipynb'},{row},1"]
 
 
 def test_tampering_gains_nothing(chapter1):
