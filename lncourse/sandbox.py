@@ -153,7 +153,8 @@ def _serve(conn, other_end, cells: Sequence[tuple[str, str, Sequence[int]]], fun
     import linecache
 
     other_end.close()              # so that the checker's exit reads as the end of input
-    os.environ["LNCOURSE_PROGRESS"] = "0"
+    os.environ["LNCOURSE_PROGRESS"] = "0"      # no one watches: no progress bars,
+    os.environ["LNCOURSE_NO_WIDGETS"] = "1"    # and no widgets (plotting.interactive)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)            # C-level printing goes nowhere
