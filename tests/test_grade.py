@@ -310,3 +310,32 @@ def test_names_are_followed_through_helpers_and_constants(tmp_path):
     code = [s for _, source, indices in program.cells for s in _statements(source, indices)]
     assert "SCALE = 1.0" in code and any(s.startswith("def helper") for s in code)
     assert not any("train_for_hours" in s for s in code)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", ["01_layernorm_geometry", "03_majority"])
+def test_thirty_submissions_grade_in_under_two_minutes(stem, tmp_path):
+    """A class of 30 (solutions, blank notebooks, and notebooks with a known mistake in
+    every exercise), graded by the command a teacher runs, on the 2-core CPU."""
+    import subprocess
+    import sys
+
+    ch = find_chapter(stem)
+    books = editions(stem)
+    for k in range(30):
+        nb = books["student"] if k % 3 == 0 else books["solution"]
+        if k % 3 == 2:
+            for e in ch.exercises:
+                if WRONG[e.function]:
+                    nb = with_function(nb, e.label, WRONG[e.function][k % len(WRONG[e.function])].source)
+        nbformat.write(nb, tmp_path / f"s{k:02d}.ipynb")
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "lncourse.grade", *sorted(map(str, tmp_path.glob("*.ipynb"))),
+                    "--out", str(tmp_path / "grades.csv"), "--feedback", str(tmp_path / "fb")],
+                   check=True, cwd=ROOT, capture_output=True)
+    seconds = time.monotonic() - start
+    assert seconds < 120, f"30 submissions took {seconds:.0f} s"
+    rows = sheet(tmp_path / "grades.csv")
+    assert len(rows) == 30 and len(list((tmp_path / "fb").glob("*.md"))) == 30
+    assert [int(r["total"]) for r in rows.values()] == [
+        len(ch.exercises) if k % 3 == 1 else 0 for k in range(30)]
