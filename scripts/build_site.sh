@@ -25,7 +25,7 @@ if [ ! -f book/_static/mathjax/tex-chtml.js ]; then
 fi
 
 echo "[site] generating the student and solution notebooks"
-$PY -m lncourse.editions --out _build/notebooks
+$PY scripts/editions.py --out _build/notebooks
 
 echo "[site] building the book (chapters executed and cached in _build/.jupyter_cache)"
 start=$(date +%s)
