@@ -1,13 +1,11 @@
 """The stall check of scripts/execution_report.py: a missed reply is caught and named."""
 
 import datetime
-import sys
 
 import nbformat
 
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
 from execution_report import cell_timings, main, problems  # noqa: E402
 
 T0 = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.timezone.utc)
