@@ -4,9 +4,7 @@ import datetime
 
 import nbformat
 
-from conftest import ROOT
-
-from execution_report import cell_timings, main, problems  # noqa: E402
+from execution_report import cell_timings, main, problems   # scripts/ (see conftest.py)
 
 T0 = datetime.datetime(2026, 11, 23, 12, 0, 0, tzinfo=datetime.timezone.utc)
 
