@@ -38,6 +38,40 @@ def test_every_chapter_marks_deterministic_cells():
         assert len(marked) >= 3, f"{source.name} tags only {len(marked)} cells deterministic"
 
 
+def run_nbval(path, rootdir) -> subprocess.CompletedProcess:
+    """nbval in lax mode (only tagged cells compared) on one notebook, in its folder."""
+    env = {**os.environ, "LNCOURSE_NO_WIDGETS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-kernel-name", "python3",
+         "--nbval-cell-timeout", "300", "-p", "no:cacheprovider", "-q", "-x",
+         "--rootdir", str(rootdir), "-c", os.devnull, str(path)],
+        cwd=path.parent, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_a_deterministic_cell_that_prints_other_numbers_fails(tmp_path):
+    """The comparison bites: a tagged cell whose stored output differs fails, and the same
+    cell untagged is not compared."""
+    cell = nbformat.v4.new_code_cell("import torch\ntorch.manual_seed(0)\nprint(torch.rand(2))",
+                                     metadata={"tags": ["deterministic"]})
+    import torch
+
+    torch.manual_seed(0)
+    printed = f"{torch.rand(2)}\n"                     # what the kernel will print
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed)]
+    cell.execution_count = 1                    # nbval ignores the outputs of unrun cells
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    path = tmp_path / "same.ipynb"
+    nbformat.write(tagged(nb), path)
+    assert run_nbval(path, tmp_path).returncode == 0
+    cell.outputs[0].text = printed.replace("0.4963", "0.4964")   # one digit off
+    cell.metadata["tags"] = ["deterministic"]
+    nbformat.write(tagged(nb), path)
+    assert run_nbval(path, tmp_path).returncode != 0
+    cell.metadata["tags"] = []
+    nbformat.write(tagged(nb), path)
+    assert run_nbval(path, tmp_path).returncode == 0
+
+
 @pytest.mark.notebooks
 @pytest.mark.parametrize("source", CHAPTERS, ids=lambda p: p.stem)
 def test_deterministic_cells_print_the_same_numbers_again(source, tmp_path):
@@ -48,12 +82,7 @@ def test_deterministic_cells_print_the_same_numbers_again(source, tmp_path):
     path = ROOT / "book" / f"_nbval_{source.stem}.ipynb"
     nbformat.write(nb, path)
     try:
-        env = {**os.environ, "LNCOURSE_NO_WIDGETS": "1"}
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-kernel-name", "python3",
-             "--nbval-cell-timeout", "300", "-p", "no:cacheprovider", "-q", "-x",
-             "--rootdir", str(tmp_path), "-c", os.devnull, str(path)],
-            cwd=ROOT / "book", env=env, capture_output=True, text=True, timeout=900)
+        run = run_nbval(path, tmp_path)
     finally:
         path.unlink(missing_ok=True)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
