@@ -121,6 +121,9 @@ def build_wheel(folder: Path) -> Path:
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(ROOT / "lncourse", src / "lncourse",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # the stored results ship in the wheel (package lncourse_results), not their checkpoints
+    shutil.copytree(ROOT / "results", src / "results",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "checkpoints"))
     run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
          "-w", str(folder), str(src)])
     (wheel,) = folder.glob("lncourse-*.whl")
