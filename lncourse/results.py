@@ -88,6 +88,21 @@ def provenance(device: torch.device | str, wall_seconds: float, command: str | N
             **extra}
 
 
+def _what_runs(command: str) -> list[str]:
+    """A command without the options that change where and how visibly it runs, not what:
+    ``--device X`` and ``--quiet``. A run started on a CPU may resume on a GPU."""
+    words, out = command.split(), []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--device":
+            skip = True
+        elif not (word == "--quiet" or word.startswith("--device=")):
+            out.append(word)
+    return out
+
+
 def run_started(checkpoint: str | os.PathLike, command: str) -> dict:
     """The command and commit a (possibly resumed) run started from, kept beside its
     checkpoint; a resumed run adds the commit it resumed at. For :func:`provenance`."""
@@ -95,10 +110,12 @@ def run_started(checkpoint: str | os.PathLike, command: str) -> dict:
     commit = _git_commit()
     if Path(checkpoint).exists() and meta.exists():
         started = json.loads(meta.read_text())
-        if started["command"] != command:
+        if _what_runs(started["command"]) != _what_runs(command):
             raise ValueError(f"{checkpoint} was started by `{started['command']}`, not "
                              f"`{command}`; delete it to start afresh")
         started.setdefault("resumed_at_commits", []).append(commit)
+        if command != started["command"]:      # the same run on other hardware, say a GPU
+            started.setdefault("resumed_with", []).append(command)
     else:
         started = {"command": command, "git_commit": commit}
     meta.parent.mkdir(parents=True, exist_ok=True)
