@@ -90,10 +90,11 @@ class MajorityConfig:
 
     @classmethod
     def quick(cls) -> MajorityConfig:
-        """Fast mode, in the paper's regime: batch 6,000 and lr 1e-3 as in the paper, 3
-        seeds, the 2 x 2 design (projection x scale), 1,000 steps (the paper's first
-        reference point), evaluated on 4,000 test sequences."""
-        return cls(steps=1000, eval_every=100, eval_size=4000, seeds=PAPER_SEEDS[:3],
+        """Fast mode, in the paper's regime: batch 6,000 and lr 1e-3 as in the paper, 2
+        seeds, the 2 x 2 design (projection x scale), 500 steps, evaluated on 2,000 test
+        sequences. In the paper-settings run the two scales have parted by step 500
+        (test accuracy about 0.55 against 0.42) while the projection has not."""
+        return cls(steps=500, eval_every=50, eval_size=2000, seeds=PAPER_SEEDS[:2],
                    variants=("layernorm", "no_projection", "no_projection_released",
                              "layernorm_released_scale"))
 

@@ -184,14 +184,19 @@ def reproduction_rows(history: dict) -> list[tuple[str, str, str, str]]:
         for variant in ("layernorm", "no_projection_released"):
             c = history_arrays(history, variant)
             for step, paper in entry[variant].items():
-                at = c["step"][-1] if step == "end" else step
-                if at not in c["step"]:
-                    ours = "not run"
-                else:
+                # "end": the end of training, the configuration's last step
+                at = history["config"]["steps"] if step == "end" else step
+                last = int(c["step"][-1])
+                if at in c["step"]:
                     v = value_at(c["step"], c[key], at)
                     ours = f"{v.mean():.2f} ± {v.std():.2f}"
+                elif at > last:      # a stored run still going
+                    v = value_at(c["step"], c[key], last)
+                    ours = f"not reached (at step {last:,}: {v.mean():.2f} ± {v.std():.2f})"
+                else:
+                    ours = "not evaluated"
                 fmt = "{:.0f}" if key == "query_angle" else "{:.2f}"
-                rows.append((f"{names[key]}, {variant}, step {at}", entry["source"],
+                rows.append((f"{names[key]}, {variant}, step {at:,}", entry["source"],
                              fmt.format(paper), ours))
     return rows
 

@@ -379,6 +379,9 @@ def main(argv: list[str] | None = None) -> Path:
         history = train(config, device=args.device, checkpoint_path=ckpt,
                         show_progress=not args.quiet)
     history["provenance"] = provenance(args.device, history.pop("seconds"), **started)
+    if args.export_partial:   # this process did not train: the run's thread count is unknown
+        cpu = history["provenance"]["device"].rsplit(", ", 1)[0]
+        history["provenance"]["device"] = f"{cpu} (partial export; threads not recorded)"
     write_result(out, history)
     print(f"wrote {out} ({history['provenance']['wall_seconds']:.0f} s on "
           f"{history['provenance']['device']})")

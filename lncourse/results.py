@@ -22,9 +22,26 @@ import torch
 __all__ = ["RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
            "load_result", "describe"]
 
-# results/ at the root of a checkout; LNCOURSE_RESULTS points elsewhere (a Colab copy).
-RESULTS_DIR = Path(os.environ.get("LNCOURSE_RESULTS",
-                                  Path(__file__).resolve().parent.parent / "results"))
+
+
+def _results_dir() -> Path:
+    """Where stored results live: ``$LNCOURSE_RESULTS`` if set; else ``results/`` of the
+    checkout this package runs from; else the copy installed with the package (the
+    ``lncourse_results`` package, which is ``results/`` shipped in the wheel, so that a
+    Colab reader who pip-installs the course has the stored results too)."""
+    if os.environ.get("LNCOURSE_RESULTS"):
+        return Path(os.environ["LNCOURSE_RESULTS"])
+    checkout = Path(__file__).resolve().parent.parent / "results"
+    if checkout.is_dir():
+        return checkout
+    try:
+        import lncourse_results
+    except ImportError:
+        return checkout
+    return Path(next(iter(lncourse_results.__path__)))
+
+
+RESULTS_DIR = _results_dir()
 
 
 def _git_commit() -> str:
@@ -71,6 +88,21 @@ def provenance(device: torch.device | str, wall_seconds: float, command: str | N
             **extra}
 
 
+def _what_runs(command: str) -> list[str]:
+    """A command without the options that change where and how visibly it runs, not what:
+    ``--device X`` and ``--quiet``. A run started on a CPU may resume on a GPU."""
+    words, out = command.split(), []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--device":
+            skip = True
+        elif not (word == "--quiet" or word.startswith("--device=")):
+            out.append(word)
+    return out
+
+
 def run_started(checkpoint: str | os.PathLike, command: str) -> dict:
     """The command and commit a (possibly resumed) run started from, kept beside its
     checkpoint; a resumed run adds the commit it resumed at. For :func:`provenance`."""
@@ -78,10 +110,12 @@ def run_started(checkpoint: str | os.PathLike, command: str) -> dict:
     commit = _git_commit()
     if Path(checkpoint).exists() and meta.exists():
         started = json.loads(meta.read_text())
-        if started["command"] != command:
+        if _what_runs(started["command"]) != _what_runs(command):
             raise ValueError(f"{checkpoint} was started by `{started['command']}`, not "
                              f"`{command}`; delete it to start afresh")
         started.setdefault("resumed_at_commits", []).append(commit)
+        if command != started["command"]:      # the same run on other hardware, say a GPU
+            started.setdefault("resumed_with", []).append(command)
     else:
         started = {"command": command, "git_commit": commit}
     meta.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +144,7 @@ def load_result(name: str | os.PathLike) -> dict:
     if not path.exists():
         raise FileNotFoundError(
             f"no stored result at {path}. results/README.md lists the command that writes "
-            "it; on Colab, set LNCOURSE_RESULTS to a copy of the repository's results/.")
+            f"it (LNCOURSE_RESULTS, if set, says where results are read: {RESULTS_DIR}).")
     result = json.loads(path.read_text())
     if "provenance" not in result:
         raise ValueError(f"{path} has no provenance record; it is not a stored result")

@@ -1,4 +1,5 @@
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -6,6 +7,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("LNCOURSE_DEVICE", "cpu")
+sys.path.insert(0, str(ROOT / "scripts"))   # the build tools (editions.py) are not in lncourse
 
 
 @pytest.fixture(autouse=True)
@@ -13,8 +15,15 @@ def _seed():
     torch.manual_seed(0)
 
 
-def assert_check_passes(check, solution, capsys) -> None:
-    """A check accepts the reference solution, returns None and prints exactly one line."""
-    assert check(solution) is None
+def assert_check_passes(check, solution, capsys, hidden=False) -> None:
+    """A check accepts a solution, returns None and prints exactly one line."""
+    assert check(solution, hidden=hidden) is None
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and "passed" in out[0] and "largest difference" in out[0]
+    assert len(out) == 1 and out[0].startswith(f"{check.__name__} passed"), out
+
+
+def raised_message(check, answer, hidden=False) -> str:
+    """The message of the AssertionError a check raises on a wrong answer."""
+    with pytest.raises(AssertionError, match=answer.match) as info:
+        check(answer.fn, hidden=hidden)
+    return str(info.value)

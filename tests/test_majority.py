@@ -391,6 +391,15 @@ def test_command_line_writes_a_result_with_provenance(tmp_path):
     with pytest.raises(ValueError, match="was started by"):  # same checkpoint, other command
         main(["--preset", "three_d", "--steps", "4", "--out", str(out), "--checkpoint",
               str(ckpt), "--quiet"])
+    # a run stored as far as it got: the history of its checkpoint, the first start's
+    # command and commit, and no claim about threads it did not see
+    partial = tmp_path / "partial.json"
+    main(["--preset", "three_d", "--steps", "3", "--out", str(partial), "--checkpoint",
+          str(ckpt), "--export-partial"])
+    q = json.loads(partial.read_text())
+    assert q["step"] == h["step"] and q["test_acc"] == h["test_acc"]
+    assert q["provenance"]["command"] == p["command"]
+    assert q["provenance"]["device"].endswith("(partial export; threads not recorded)")
 
 
 # ---------------------------------------------------------------------- figures

@@ -83,3 +83,22 @@ def test_per_seed_metrics_on_a_history():
                                [(0.3 + 0.85) / 2, (0.3 + 0.5) / 2])
     with pytest.raises(ValueError, match="unknown metric"):
         S.per_seed(history, "speed")
+
+
+def test_reproduction_rows_never_compare_the_end_of_training_with_a_run_still_going():
+    steps = [0, 1000, 5000, 6000]
+    n = 2
+    history = {"config": {"lr": 1e-3, "steps": 14_000}, "step": steps,
+               "variant": ["layernorm", "no_projection_released"] * n, "seed": [1, 1, 2, 2],
+               "lr": [1e-3] * 4,
+               "test_acc": [[0.33] * 4, [0.75, 0.55] * n, [0.93, 0.85] * n, [0.94, 0.88] * n],
+               "train_loss": [[2.0] * 4, [1.0] * 4, [0.2, 0.4] * n, [0.18, 0.35] * n],
+               "query_angle": [[70.0] * 4, [50.0] * 4, [25.0, 80.0] * n, [20.0, 78.0] * n]}
+    rows = {r[0]: r[3] for r in S.reproduction_rows(history)}
+    assert rows["test accuracy, layernorm, step 5,000"] == "0.93 ± 0.00"
+    # the paper's angle is at the end of training (step 14,000); this run stopped at 6,000
+    assert rows["query angle (degrees), layernorm, step 14,000"] == \
+        "not reached (at step 6,000: 20.00 ± 0.00)"
+    history["step"] = [0, 1000, 5000, 14_000]
+    rows = {r[0]: r[3] for r in S.reproduction_rows(history)}
+    assert rows["query angle (degrees), layernorm, step 14,000"] == "20.00 ± 0.00"

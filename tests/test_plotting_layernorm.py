@@ -25,7 +25,8 @@ def test_figures_are_returned_not_shown():
     assert ax.get_xlabel().islower() and ax.get_yscale() == "log"
 
 
-def test_interactive_explorer_builds():
+def test_interactive_explorer_builds(monkeypatch):
+    monkeypatch.delenv("LNCOURSE_NO_WIDGETS", raising=False)   # test.sh sets it
     import ipywidgets as widgets
 
     w = plotting.explore_ln_3d(np.random.default_rng(1).normal(size=(20, 3)))

@@ -47,3 +47,16 @@ def test_run_started_keeps_the_first_command_and_adds_resumes(tmp_path):
     assert again["git_commit"] == first["git_commit"] and len(again["resumed_at_commits"]) == 1
     with pytest.raises(ValueError, match="was started by `cmd --a`"):
         R.run_started(ckpt, "cmd --b")
+
+
+def test_a_run_may_resume_on_other_hardware_but_not_as_another_run(tmp_path):
+    ckpt = tmp_path / "run.ckpt"
+    R.run_started(ckpt, "python -m x --preset paper --device cpu --quiet")
+    ckpt.write_bytes(b"x")
+    again = R.run_started(ckpt, "python -m x --preset paper --device cuda")
+    assert again["command"] == "python -m x --preset paper --device cpu --quiet"
+    assert again["resumed_with"] == ["python -m x --preset paper --device cuda"]
+    with pytest.raises(ValueError, match="was started by"):
+        R.run_started(ckpt, "python -m x --preset grid_b500 --device cpu --quiet")
+    with pytest.raises(ValueError, match="was started by"):
+        R.run_started(ckpt, "python -m x --preset paper --steps 10 --device cpu")

@@ -1,7 +1,7 @@
 """Sphinx extension: an "Open in Colab" and "download" bar under each chapter's title.
 
 Chapters are the documents named ``book/NN_topic``. The links point to the notebooks
-that ``python -m lncourse.editions`` generates and ``scripts/build_site.sh`` copies into
+that ``scripts/editions.py`` generates and ``scripts/build_site.sh`` copies into
 the site under ``notebooks/``; the Colab link opens the published copy on the
 ``lncourse_notebook_branch`` branch of the repository (see README, "Publishing").
 """

@@ -1,13 +1,18 @@
-"""Exercise checks: ``check_<name>(fn)`` compares a learner's function with the reference.
+"""Exercise checks: ``check_<function>(fn)`` judges a learner's function ``<function>``.
 
-Each prints one line with the largest difference when it passes, and raises
-``AssertionError`` naming the likely mistake when it fails.
+Each compares the function with a reference computed in float64 (or, where the exercise
+asks for a property, checks that property) on fixed and edge-case inputs, prints one
+line when it passes and returns None, and raises ``AssertionError`` naming the likely
+mistake when it fails. ``hidden=True`` adds teacher-only inputs (used by the autograder,
+``python -m lncourse.grade --hidden``). Calls the exercise forbids (for example
+``F.layer_norm`` when the exercise is to write LayerNorm) stop with a message, and so
+does a call that runs past a time limit.
 """
 
 from ._core import assert_signature, run_check  # noqa: F401
 from .layernorm import (  # noqa: F401
     check_centering_matrix, check_fold_into_linear, check_layer_norm_fgh,
-    check_layer_norm_jacobian, check_layer_norm_on_plane, check_rms_norm,
+    check_layer_norm_jacobian, check_layer_norm_on_plane, check_rms_norm_gain,
 )
 from .majority import (  # noqa: F401
     check_attend_counts, check_has_clear_majority, check_norm_without_projection,

@@ -10,18 +10,26 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..layernorm import projection_matrix
-from ._core import assert_signature, run_check
+from ._core import case, generator, run_check
 
 __all__ = ["check_layer_norm_fgh", "check_centering_matrix", "check_layer_norm_on_plane",
-           "check_fold_into_linear", "check_rms_norm", "check_layer_norm_jacobian"]
+           "check_fold_into_linear", "check_rms_norm_gain", "check_layer_norm_jacobian"]
 
-
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+_NO_LAYER_NORM = "this exercise asks you to write LayerNorm yourself, without calling one"
+NO_LAYER_NORM = {path: _NO_LAYER_NORM for path in (
+    "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
+    "lncourse.layernorm.layer_norm", "lncourse.layernorm.FactorizedLayerNorm.forward")}
+_NO_AUTOGRAD = "this exercise asks for the closed form, without autograd"
+NO_AUTOGRAD = {path: _NO_AUTOGRAD for path in (
+    "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
+    "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
+    "torch.autograd.functional.jvp", "torch.autograd.functional.hessian",
+    "torch.func.jacrev", "torch.func.jacfwd", "torch.func.vjp", "torch.func.jvp",
+    "torch.func.grad")}
 
 
 # ----------------------------------------------------------------- LayerNorm from f, g, h
-def _ln_ref(x, gamma, beta, eps):
+def _layer_norm(x, gamma, beta, eps):
     return F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
 
 
@@ -52,20 +60,33 @@ _LN_MISTAKES = [
 ]
 
 
-def check_layer_norm_fgh(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor]) -> None:
-    """LayerNorm from f (centring), g (scaling) and h (affine) against F.layer_norm."""
-    assert_signature(fn, ["x", "gamma", "beta", "eps"])
-    g = _gen(0)
+def _fgh_cases(hidden: bool) -> list:
+    g = generator(0)
+    specs = [((4, 8), 1e-5, 0.0, 1.0), ((6, 16), 0.1, 3.0, 1.0), ((2, 3, 5), 1e-5, -2.0, 4.0),
+             ((5, 2), 1e-5, 0.0, 1.0), ((3, 8), 1e-3, 100.0, 0.01)]
+    if hidden:
+        specs += [((1, 2), 1e-5, 0.5, 1.0), ((2, 2, 3, 6), 1e-5, 0.0, 2.0),
+                  ((64, 32), 1e-5, 0.0, 1.0), ((4, 8), 0.5, 10.0, 0.1),
+                  ((3, 7), 1e-5, 1000.0, 1.0)]
     cases = []
-    for shape, eps, offset, spread in [((4, 8), 1e-5, 0.0, 1.0), ((6, 16), 0.1, 3.0, 1.0),
-                                       ((2, 3, 5), 1e-5, -2.0, 4.0), ((5, 2), 1e-5, 0.0, 1.0),
-                                       ((3, 8), 1e-3, 100.0, 0.01)]:
+    for shape, eps, offset, spread in specs:
         d = shape[-1]
         x = torch.randn(shape, generator=g) * spread + offset
-        gamma = torch.randn(d, generator=g) + 1.0
-        beta = torch.randn(d, generator=g)
-        cases.append(((x, gamma, beta, eps), {}))
-    return run_check("layer_norm_fgh", fn, cases, _ln_ref, _LN_MISTAKES, atol=1e-4, rtol=1e-4)
+        cases.append(case(x, torch.randn(d, generator=g) + 1.0, torch.randn(d, generator=g), eps))
+    if hidden:
+        constant = torch.full((2, 5), 3.0)                    # a constant row: LN gives beta
+        cases.append(case(constant, -torch.rand(5, generator=g), torch.randn(5, generator=g), 1e-5))
+        x = torch.randn(3, 4, generator=g, dtype=torch.float64)
+        cases.append(case(x, torch.rand(4, generator=g, dtype=torch.float64),
+                          torch.zeros(4, dtype=torch.float64), 1e-5))
+    return cases
+
+
+def check_layer_norm_fgh(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor], *,
+                         hidden: bool = False) -> None:
+    """LayerNorm from f (centring), g (scaling) and h (affine), against F.layer_norm."""
+    run_check(fn, "layer_norm_fgh", ["x", "gamma", "beta", "eps"], _fgh_cases(hidden),
+              reference=_layer_norm, mistakes=_LN_MISTAKES, forbidden=NO_LAYER_NORM)
 
 
 # -------------------------------------------------------------------- centring matrix P
@@ -87,17 +108,16 @@ _P_MISTAKES = [
 ]
 
 
-def check_centering_matrix(fn: Callable[[int], Tensor]) -> None:
-    """The d x d centring (projection) matrix P = I - 1 1^T / d."""
-    assert_signature(fn, ["d"])
-    cases = [((d,), {}) for d in (3, 5, 16, 2)]
-    return run_check("centering_matrix", fn, cases,
-                     lambda d: projection_matrix(d, dtype=torch.float64), _P_MISTAKES,
-                     atol=1e-6, rtol=1e-6)
+def check_centering_matrix(fn: Callable[[int], Tensor], *, hidden: bool = False) -> None:
+    """The d x d centring (projection) matrix P = I - 1 1^T / d, in float64."""
+    sizes = (3, 5, 16, 2) + ((4, 7, 64, 100) if hidden else ())
+    run_check(fn, "centering_matrix", ["d"], [case(d) for d in sizes],
+              reference=lambda d: projection_matrix(d, dtype=torch.float64),
+              mistakes=_P_MISTAKES)
 
 
 # -------------------------------------------------------------------- the two points
-def _plane_ref(s, t, v):
+def _plane(s, t, v):
     return math.sqrt(v.shape[-1]) * torch.sign(s)[:, None] * v
 
 
@@ -120,22 +140,29 @@ def _unit_orthogonal_to_ones(d: int, g: torch.Generator) -> Tensor:
     return v / v.norm()
 
 
-def check_layer_norm_on_plane(fn: Callable[[Tensor, Tensor, Tensor], Tensor]) -> None:
+def check_layer_norm_on_plane(fn: Callable[[Tensor, Tensor, Tensor], Tensor], *,
+                              hidden: bool = False) -> None:
     """LayerNorm of s v + t 1 for a unit v orthogonal to 1, in closed form."""
-    assert_signature(fn, ["s", "t", "v"])
-    g = _gen(1)
+    g = generator(1)
+    sizes = [(3, 5), (8, 7), (16, 4)] + ([(2, 6), (64, 3), (5, 1)] if hidden else [])
     cases = []
-    for d, n in [(3, 5), (8, 7), (16, 4)]:
+    for d, n in sizes:
         s = torch.randn(n, generator=g, dtype=torch.float64) * 3
-        s[0], s[1] = abs(s[0]) + 0.5, -abs(s[1]) - 0.5  # both signs present
+        s[0] = abs(s[0]) + 0.5
+        if n > 1:
+            s[1] = -abs(s[1]) - 0.5  # both signs present
         t = torch.randn(n, generator=g, dtype=torch.float64) * 5
-        cases.append(((s, t, _unit_orthogonal_to_ones(d, g)), {}))
-    return run_check("layer_norm_on_plane", fn, cases, _plane_ref, _PLANE_MISTAKES,
-                     atol=1e-6, rtol=1e-6)
+        cases.append(case(s, t, _unit_orthogonal_to_ones(d, g)))
+    if hidden:  # tiny s against a large t
+        cases.append(case(torch.tensor([1e-3, -1e-3], dtype=torch.float64),
+                          torch.tensor([50.0, -50.0], dtype=torch.float64),
+                          _unit_orthogonal_to_ones(4, g)))
+    run_check(fn, "layer_norm_on_plane", ["s", "t", "v"], cases, reference=_plane,
+              mistakes=_PLANE_MISTAKES, forbidden=NO_LAYER_NORM)
 
 
 # ------------------------------------------------------------------------------ folding
-def _fold_ref(W, b, gamma, beta):
+def _fold(W, b, gamma, beta):
     P = projection_matrix(W.shape[1], dtype=W.dtype)
     return (W * gamma) @ P, W @ beta + b
 
@@ -147,32 +174,32 @@ _FOLD_MISTAKES = [
      "by gamma after, so W' = W diag(gamma) P",
      lambda W, b, g, be: (W @ projection_matrix(W.shape[1], dtype=W.dtype) * g, W @ be + b)),
     ("the bias forgets beta: b' = W beta + b",
-     lambda W, b, g, be: _fold_ref(W, b, g, be)[0:1] + (b,)),
+     lambda W, b, g, be: (_fold(W, b, g, be)[0], b)),
     ("gamma is missing from the weights: W' = W diag(gamma) P",
      lambda W, b, g, be: (W @ projection_matrix(W.shape[1], dtype=W.dtype), W @ be + b)),
     ("the bias multiplies beta by gamma; beta is added after gamma, so b' = W beta + b",
-     lambda W, b, g, be: (_fold_ref(W, b, g, be)[0], W @ (g * be) + b)),
+     lambda W, b, g, be: (_fold(W, b, g, be)[0], W @ (g * be) + b)),
 ]
 
 
 def check_fold_into_linear(fn: Callable[[Tensor, Tensor, Tensor, Tensor],
-                                        tuple[Tensor, Tensor]]) -> None:
+                                        tuple[Tensor, Tensor]], *, hidden: bool = False) -> None:
     """Folded weight and bias of LayerNorm followed by y = W z + b."""
-    assert_signature(fn, ["W", "b", "gamma", "beta"])
-    g = _gen(2)
+    g = generator(2)
+    sizes = [(3, 4), (5, 6), (16, 16)] + ([(1, 2), (32, 64), (7, 3)] if hidden else [])
     cases = []
-    for d_out, d in [(3, 4), (5, 8), (16, 16)]:
+    for d_out, d in sizes:
         W = torch.randn(d_out, d, generator=g, dtype=torch.float64)
         b = torch.randn(d_out, generator=g, dtype=torch.float64)
         gamma = torch.randn(d, generator=g, dtype=torch.float64) + 1
         beta = torch.randn(d, generator=g, dtype=torch.float64)
-        cases.append(((W, b, gamma, beta), {}))
-    return run_check("fold_into_linear", fn, cases, _fold_ref, _FOLD_MISTAKES,
-                     atol=1e-8, rtol=1e-8)
+        cases.append(case(W, b, gamma, beta))
+    run_check(fn, "fold_into_linear", ["W", "b", "gamma", "beta"], cases, reference=_fold,
+              mistakes=_FOLD_MISTAKES)
 
 
 # ------------------------------------------------------------------------------ RMSNorm
-def _rms_ref(x, gain, eps):
+def _rms_norm(x, gain, eps):
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
 
 
@@ -192,72 +219,99 @@ _RMS_MISTAKES = [
 ]
 
 
-def check_rms_norm(fn: Callable[[Tensor, Tensor, float], Tensor]) -> None:
+def check_rms_norm_gain(fn: Callable[[Tensor, Tensor, float], Tensor], *,
+                        hidden: bool = False) -> None:
     """RMSNorm: x / sqrt(mean(x^2) + eps) * gain."""
-    assert_signature(fn, ["x", "gain", "eps"])
-    g = _gen(3)
-    cases = []
-    for shape, eps, offset in [((4, 8), 1e-6, 0.0), ((3, 16), 1e-6, 2.0),
-                               ((2, 5, 4), 0.1, -1.0), ((6, 2), 1e-6, 0.5)]:
-        x = torch.randn(shape, generator=g) + offset
-        gain = torch.randn(shape[-1], generator=g) + 1
-        cases.append(((x, gain, eps), {}))
-    return run_check("rms_norm", fn, cases, _rms_ref, _RMS_MISTAKES, atol=1e-5, rtol=1e-4)
+    g = generator(3)
+    specs = [((4, 8), 1e-6, 0.0), ((3, 16), 1e-6, 2.0), ((2, 5, 4), 0.1, -1.0), ((6, 2), 1e-6, 0.5)]
+    if hidden:
+        specs += [((1, 2), 1e-6, 0.0), ((2, 2, 2, 9), 1e-6, 0.0), ((3, 8), 1e-6, 500.0)]
+    cases = [case(torch.randn(shape, generator=g) + offset,
+                  torch.randn(shape[-1], generator=g) + 1, eps) for shape, eps, offset in specs]
+    if hidden:
+        cases.append(case(torch.zeros(2, 3), torch.ones(3), 1e-6))           # zero rows
+        cases.append(case(torch.randn(2, 6, generator=g, dtype=torch.float64),
+                          torch.ones(6, dtype=torch.float64), 1e-6))
+    run_check(fn, "rms_norm_gain", ["x", "gain", "eps"], cases, reference=_rms_norm,
+              mistakes=_RMS_MISTAKES)
 
 
 # ------------------------------------------------------------------------- Jacobian
-def _jac_ref(x):
+def _jacobian(x, gamma, eps):
     return torch.autograd.functional.jacobian(
-        lambda z: F.layer_norm(z, z.shape[-1:], eps=0.0), x)
+        lambda z: F.layer_norm(z, z.shape[-1:], gamma, None, eps), x)
 
 
-def _jac_parts(x):
+def _jac_parts(x, eps):
     d = x.shape[-1]
-    sigma = x.var(unbiased=False).sqrt()
-    y = (x - x.mean()) / sigma
-    return d, sigma, y, projection_matrix(d, dtype=x.dtype)
+    centred = x - x.mean()
+    s = torch.sqrt((centred * centred).mean() + eps)
+    return d, s, centred / s, projection_matrix(d, dtype=x.dtype)
 
 
-def _jac_no_sigma(x):
-    d, sigma, y, P = _jac_parts(x)
-    return P - torch.outer(y, y) / d
+def _jac_no_eps(x, gamma, eps):
+    d, s, z, P = _jac_parts(x, 0.0)
+    return gamma[:, None] * (P - torch.outer(z, z) / d) / s
 
 
-def _jac_no_outer(x):
-    d, sigma, y, P = _jac_parts(x)
-    return P / sigma
+def _jac_gamma_columns(x, gamma, eps):
+    d, s, z, P = _jac_parts(x, eps)
+    return (P - torch.outer(z, z) / d) / s * gamma
 
 
-def _jac_no_p(x):
-    d, sigma, y, P = _jac_parts(x)
-    return (torch.eye(d, dtype=x.dtype) - torch.outer(y, y) / d) / sigma
+def _jac_no_gamma(x, gamma, eps):
+    d, s, z, P = _jac_parts(x, eps)
+    return (P - torch.outer(z, z) / d) / s
 
 
-def _jac_outer_not_normalised(x):
-    d, sigma, y, P = _jac_parts(x)
-    return (P - torch.outer(y, y)) / sigma
+def _jac_no_s(x, gamma, eps):
+    d, s, z, P = _jac_parts(x, eps)
+    return gamma[:, None] * (P - torch.outer(z, z) / d)
+
+
+def _jac_no_outer(x, gamma, eps):
+    d, s, z, P = _jac_parts(x, eps)
+    return gamma[:, None] * P / s
+
+
+def _jac_no_p(x, gamma, eps):
+    d, s, z, P = _jac_parts(x, eps)
+    return gamma[:, None] * (torch.eye(d, dtype=x.dtype) - torch.outer(z, z) / d) / s
+
+
+def _jac_outer_not_divided(x, gamma, eps):
+    d, s, z, P = _jac_parts(x, eps)
+    return gamma[:, None] * (P - torch.outer(z, z)) / s
 
 
 _JAC_MISTAKES = [
-    ("the factor 1 / sigma is missing: J = (P - y y^T / d) / sigma",
-     _jac_no_sigma),
-    ("the y y^T / d term is missing: scaling also removes the input's own direction, "
-     "so J = (P - y y^T / d) / sigma",
-     _jac_no_outer),
-    ("P is missing: the derivative of the centring is P = I - 1 1^T / d, so "
-     "J = (P - y y^T / d) / sigma",
-     _jac_no_p),
-    ("the y y^T term is not divided by d: ||y||^2 = d, so the projection onto y is "
-     "y y^T / d",
-     _jac_outer_not_normalised),
+    ("epsilon is missing: with eps the scale is s = sqrt(var + eps), in 1 / s and in "
+     "z = (x - mean) / s alike", _jac_no_eps),
+    ("gamma multiplies the columns: LN(x) = gamma * (...) scales the outputs, so gamma "
+     "multiplies the rows of J (gamma[:, None] * M)", _jac_gamma_columns),
+    ("gamma is missing: LN(x) = gamma * (x - mean) / s + beta, so J = diag(gamma) (...)",
+     _jac_no_gamma),
+    ("the factor 1 / s is missing, with s = sqrt(var + eps)", _jac_no_s),
+    ("the z z^T / d term is missing: s depends on x too, and its derivative adds "
+     "- z z^T / (d s)", _jac_no_outer),
+    ("P is missing: the derivative of the centring is P = I - 1 1^T / d", _jac_no_p),
+    ("the z z^T term is not divided by d: the derivative of s is (x - mean) / (d s)",
+     _jac_outer_not_divided),
 ]
 
 
-def check_layer_norm_jacobian(fn: Callable[[Tensor], Tensor]) -> None:
-    """Closed-form Jacobian of LayerNorm (no affine, eps = 0) at one vector, vs autograd."""
-    assert_signature(fn, ["x"])
-    g = _gen(4)
-    cases = [((torch.randn(d, generator=g, dtype=torch.float64) * s + o,), {})
-             for d, s, o in [(3, 1.0, 0.0), (5, 2.0, 1.0), (8, 0.5, -3.0), (16, 1.0, 0.0)]]
-    return run_check("layer_norm_jacobian", fn, cases, _jac_ref, _JAC_MISTAKES,
-                     atol=1e-8, rtol=1e-7)
+def check_layer_norm_jacobian(fn: Callable[[Tensor, Tensor, float], Tensor], *,
+                              hidden: bool = False) -> None:
+    """Closed-form Jacobian of LayerNorm with gain gamma and eps at one vector, vs autograd."""
+    g = generator(4)
+    specs = [(3, 1.0, 0.0, 1e-5), (5, 2.0, 1.0, 0.1), (8, 0.5, -3.0, 1.0), (16, 1.0, 0.0, 1e-5)]
+    if hidden:
+        specs += [(2, 1.0, 0.0, 1e-5), (32, 1.0, 5.0, 0.01), (6, 0.01, 0.0, 1e-3)]
+    cases = [case(torch.randn(d, generator=g, dtype=torch.float64) * spread + offset,
+                  torch.randn(d, generator=g, dtype=torch.float64) + 1, eps)
+             for d, spread, offset, eps in specs]
+    if hidden:  # a constant vector: only eps keeps LayerNorm defined
+        cases.append(case(torch.full((4,), 2.0, dtype=torch.float64),
+                          torch.randn(4, generator=g, dtype=torch.float64), 0.5))
+    run_check(fn, "layer_norm_jacobian", ["x", "gamma", "eps"], cases, reference=_jacobian,
+              mistakes=_JAC_MISTAKES, forbidden=NO_AUTOGRAD)

@@ -3,25 +3,41 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._core import assert_signature, compare, run_check
+from ._compare import Verdict, kind_problem
+from ._core import case, generator, run_check
 
 __all__ = ["check_has_clear_majority", "check_norm_without_projection",
            "check_query_angle", "check_attend_counts", "check_uniform_query_weights"]
 
 
 # ------------------------------------------------------------- the margin rule
-def _clear_majority_ref(counts: Tensor, min_margin: int) -> Tensor:
+def _clear_majority(counts: Tensor, min_margin: int) -> Tensor:
     top2 = counts.topk(2, dim=1).values
     return (top2[:, 0] - top2[:, 1] >= min_margin) & (top2[:, 1] > 0)
 
 
-def _counts_cases() -> list:
-    g = torch.Generator().manual_seed(0)
+_MARGIN_MISTAKES = [
+    ("a margin of exactly min_margin counts as clear: use >=, not >",
+     lambda c, m: (lambda t: (t[:, 0] - t[:, 1] > m) & (t[:, 1] > 0))(c.topk(2, 1).values)),
+    ("a sequence made of a single class has no second class: the released code drops "
+     "it (len(part) == 1), so require the second count to be positive",
+     lambda c, m: (lambda t: t[:, 0] - t[:, 1] >= m)(c.topk(2, 1).values)),
+    ("compare the two largest counts, not the first two entries of the row",
+     lambda c, m: (c[:, 0] - c[:, 1] >= m) & (c[:, 1] > 0)),
+    ("compare the largest with the second largest count, not with the smallest",
+     lambda c, m: (c.max(1).values - c.min(1).values >= m) & (c.topk(2, 1).values[:, 1] > 0)),
+]
+
+
+def check_has_clear_majority(fn: Callable[[Tensor, int], Tensor], *, hidden: bool = False) -> None:
+    """``has_clear_majority(counts, min_margin)``: counts (N, C) -> bool (N,)."""
+    g = generator(0)
     random = torch.randint(0, 6, (64, 20), generator=g)
     boost = torch.randint(0, 14, (64,), generator=g)      # about half get a clear winner
     random[torch.arange(64), torch.randint(0, 20, (64,), generator=g)] += boost
@@ -33,174 +49,187 @@ def _counts_cases() -> list:
         [5, 5, 0, 0],    # a tie
         [0, 1, 13, 7],   # margin 6 again, unordered
     ])
-    return [((random, 6), {}), ((edge, 6), {}), ((edge, 1), {})]
-
-
-def check_has_clear_majority(fn) -> float:
-    """``has_clear_majority(counts, min_margin)``: counts (N, C) -> bool (N,)."""
-    assert_signature(fn, ["counts", "min_margin"])
-    mistakes = [
-        ("a margin of exactly min_margin counts as clear: use >=, not >",
-         lambda c, m: (lambda t: (t[:, 0] - t[:, 1] > m) & (t[:, 1] > 0))(c.topk(2, 1).values)),
-        ("a sequence made of a single class has no second class: the released code drops "
-         "it (len(part) == 1), so require the second count to be positive",
-         lambda c, m: (lambda t: t[:, 0] - t[:, 1] >= m)(c.topk(2, 1).values)),
-        ("compare the two largest counts, not the first two entries of the row",
-         lambda c, m: (c[:, 0] - c[:, 1] >= m) & (c[:, 1] > 0)),
-        ("compare the largest with the second largest count, not with the smallest",
-         lambda c, m: (c.max(1).values - c.min(1).values >= m)
-         & (c.topk(2, 1).values[:, 1] > 0)),
-    ]
-    return run_check("has_clear_majority", fn, _counts_cases(), _clear_majority_ref, mistakes)
+    cases = [case(random, 6), case(edge, 6), case(edge, 1)]
+    if hidden:
+        cases += [case(edge, 0), case(torch.tensor([[4, 9]]), 5),
+                  case(torch.randint(0, 30, (500, 7), generator=g), 10)]
+    run_check(fn, "has_clear_majority", ["counts", "min_margin"], cases,
+              reference=_clear_majority, mistakes=_MARGIN_MISTAKES)
 
 
 # ------------------------------------------------- LayerNorm without projection
-def _no_projection_ref(x: Tensor) -> Tensor:
+def _no_projection(x: Tensor) -> Tensor:
     return math.sqrt(x.shape[-1]) * x / x.norm(dim=-1, keepdim=True)
 
 
-def check_norm_without_projection(fn) -> float:
+_NO_PROJECTION_MISTAKES = [
+    ("that is the released code's version, x / (||x|| sqrt(d)): the paper's has norm "
+     "sqrt(d), multiply by sqrt(d) instead of dividing",
+     lambda x: x / x.norm(dim=-1, keepdim=True) / math.sqrt(x.shape[-1])),
+    ("you subtracted the mean: that is full LayerNorm; without projection the "
+     "numerator is x itself",
+     lambda x: F.layer_norm(x, x.shape[-1:], eps=1e-12)),
+    ("the output should have norm sqrt(d), not 1: multiply x / ||x|| by sqrt(d)",
+     lambda x: x / x.norm(dim=-1, keepdim=True)),
+    ("normalise over the last axis (each vector on its own), not the whole tensor",
+     lambda x: math.sqrt(x.shape[-1]) * x / x.norm()),
+]
+
+
+def check_norm_without_projection(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
     """``norm_without_projection(x)``: (..., d) -> (..., d), sqrt(d) x / ||x||."""
-    assert_signature(fn, ["x"])
-    g = torch.Generator().manual_seed(1)
-    cases = [((torch.randn(10, 8, generator=g),), {}),
-             ((torch.randn(3, 5, 3, generator=g) * 7 + 2,), {}),
-             ((torch.ones(2, 4),), {}),          # constant rows: fine without projection
-             ((torch.tensor([[3.0, 4.0]]),), {})]
-    mistakes = [
-        ("that is the released code's version, x / (||x|| sqrt(d)): the paper's has norm "
-         "sqrt(d), multiply by sqrt(d) instead of dividing",
-         lambda x: x / x.norm(dim=-1, keepdim=True) / math.sqrt(x.shape[-1])),
-        ("you subtracted the mean: that is full LayerNorm; without projection the "
-         "numerator is x itself",
-         lambda x: F.layer_norm(x, x.shape[-1:], eps=1e-12)),
-        ("the output should have norm sqrt(d), not 1: multiply x / ||x|| by sqrt(d)",
-         lambda x: x / x.norm(dim=-1, keepdim=True)),
-        ("normalise over the last axis (each vector on its own), not the whole tensor",
-         lambda x: math.sqrt(x.shape[-1]) * x / x.norm()),
-    ]
-    return run_check("norm_without_projection", fn, cases, _no_projection_ref, mistakes)
+    g = generator(1)
+    cases = [case(torch.randn(10, 8, generator=g)),
+             case(torch.randn(3, 5, 3, generator=g) * 7 + 2),
+             case(torch.ones(2, 4)),                  # constant rows: fine without projection
+             case(torch.tensor([[3.0, 4.0]]))]
+    if hidden:
+        cases += [case(torch.randn(2, 2, 2, 6, generator=g) * 1e3),
+                  case(torch.randn(4, 9, generator=g) * 1e-3),
+                  case(torch.randn(5, 21, generator=g, dtype=torch.float64))]
+    run_check(fn, "norm_without_projection", ["x"], cases, reference=_no_projection,
+              mistakes=_NO_PROJECTION_MISTAKES)
 
 
 # ----------------------------------------------------------------- the query angle
-def _angle_ref(queries: Tensor) -> Tensor:
-    q = queries.double()
-    along = q.sum(-1).abs() / math.sqrt(q.shape[-1])
-    across = (q - q.mean(-1, keepdim=True)).norm(dim=-1)
-    return torch.rad2deg(torch.atan2(across, along)).to(queries.dtype)
+def _angle(queries: Tensor) -> Tensor:
+    along = queries.sum(-1).abs() / math.sqrt(queries.shape[-1])
+    across = (queries - queries.mean(-1, keepdim=True)).norm(dim=-1)
+    return torch.rad2deg(torch.atan2(across, along))
 
 
-def check_query_angle(fn) -> float:
+_ANGLE_MISTAKES = [
+    ("fold the angle into [0, 90]: a query pointing along -1 also gives every key the "
+     "same score, so it counts as aligned (use |cos| or 90 - |angle - 90|)",
+     lambda q: torch.rad2deg(torch.acos(
+         F.cosine_similarity(q, torch.ones_like(q), dim=-1).clamp(-1, 1)))),
+    ("the angle should be in degrees, not radians (torch.rad2deg)",
+     lambda q: torch.acos(F.cosine_similarity(q, torch.ones_like(q), dim=-1)
+                          .abs().clamp(max=1.0))),
+    ("the cosine divides by both norms: ||1|| = sqrt(d), not 1",
+     lambda q: torch.rad2deg(torch.acos((q.sum(-1).abs() / q.norm(dim=-1)).clamp(max=1.0)))),
+    ("that is the angle to the first axis, not to the all-ones vector",
+     lambda q: torch.rad2deg(torch.acos((q[..., 0].abs() / q.norm(dim=-1)).clamp(max=1.0)))),
+]
+
+
+def _acos_slack(u: float) -> float:
+    # acos(1 - delta) = sqrt(2 delta): near 0 degrees a cosine rounded by a few u is off
+    # by sqrt(8 u) radians (0.06 degrees in float32), more than the inputs' rounding
+    return math.degrees(math.sqrt(8 * u))
+
+
+def check_query_angle(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
     """``query_angle(queries)``: (..., d) -> (...), degrees in [0, 90]."""
-    assert_signature(fn, ["queries"])
-    g = torch.Generator().manual_seed(2)
+    g = generator(2)
     edge = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0], [1.0, -1.0, 0.0],
                          [1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]])
-    cases = [((torch.randn(50, 8, generator=g),), {}), ((edge,), {}),
-             ((torch.randn(4, 6, 3, generator=g) + 1.0,), {})]
-    mistakes = [
-        ("fold the angle into [0, 90]: a query pointing along -1 also gives every key the "
-         "same score, so it counts as aligned (use |cos| or 90 - |angle - 90|)",
-         lambda q: torch.rad2deg(torch.acos(
-             F.cosine_similarity(q, torch.ones_like(q), dim=-1).clamp(-1, 1)))),
-        ("the angle should be in degrees, not radians (torch.rad2deg)",
-         lambda q: torch.acos(F.cosine_similarity(q, torch.ones_like(q), dim=-1)
-                              .abs().clamp(max=1.0))),
-        ("the cosine divides by both norms: ||1|| = sqrt(d), not 1",
-         lambda q: torch.rad2deg(torch.acos((q.sum(-1).abs() / q.norm(dim=-1))
-                                            .clamp(max=1.0)))),
-        ("that is the angle to the first axis, not to the all-ones vector",
-         lambda q: torch.rad2deg(torch.acos((q[..., 0].abs() / q.norm(dim=-1))
-                                            .clamp(max=1.0)))),
-    ]
-    # acos loses precision near 0 degrees (0.02 degrees in float32): allow for it.
-    return run_check("query_angle", fn, cases, _angle_ref, mistakes, atol=0.05, rtol=1e-4)
+    cases = [case(torch.randn(50, 8, generator=g)), case(edge),
+             case(torch.randn(4, 6, 3, generator=g) + 1.0)]
+    if hidden:
+        cases += [case(torch.tensor([[3.0, 3.0], [1.0, -1.0], [0.0, 5.0]])),
+                  case(torch.randn(2, 3, 4, 16, generator=g) - 2.0),
+                  case(torch.randn(20, 5, generator=g, dtype=torch.float64))]
+    run_check(fn, "query_angle", ["queries"], cases, reference=_angle,
+              mistakes=_ANGLE_MISTAKES, slack=_acos_slack)
 
 
 # ------------------------------------------------------------ multiset attention
-def _attend_counts_ref(scores: Tensor, counts: Tensor, values: Tensor) -> Tensor:
+def _attend_counts(scores: Tensor, counts: Tensor, values: Tensor) -> Tensor:
     logits = scores.unsqueeze(0) + torch.log(counts.to(scores.dtype)).unsqueeze(1)
     return torch.softmax(logits, dim=-1) @ values
 
 
-def check_attend_counts(fn) -> float:
+_ATTEND_MISTAKES = [
+    ("each class must be weighted by how often it occurs: softmax over S_ij + log c_bj "
+     "(you attended to every class once, present or not)",
+     lambda S, c, v: torch.softmax(S, -1).unsqueeze(0).expand(c.shape[0], -1, -1) @ v),
+    ("classes absent from the sequence must get zero weight, and present ones weight "
+     "proportional to their count (you attended once to each present class)",
+     lambda S, c, v: torch.softmax(S.unsqueeze(0) + torch.log((c > 0).to(S.dtype))
+                                   .unsqueeze(1), -1) @ v),
+    ("multiplying the weights by the counts after the softmax needs renormalising: "
+     "the weights of a query must sum to 1",
+     lambda S, c, v: (torch.softmax(S, -1).unsqueeze(0) * c.unsqueeze(1).to(S.dtype)) @ v),
+    ("add log c_bj to the scores, do not multiply the scores by the counts",
+     lambda S, c, v: torch.softmax(S.unsqueeze(0) * c.unsqueeze(1).to(S.dtype), -1) @ v),
+]
+
+
+def check_attend_counts(fn: Callable[[Tensor, Tensor, Tensor], Tensor], *,
+                        hidden: bool = False) -> None:
     """``attend_counts(scores, counts, values)``: (C, C), (B, C), (C, d) -> (B, C, d)."""
-    assert_signature(fn, ["scores", "counts", "values"])
-    g = torch.Generator().manual_seed(3)
+    g = generator(3)
     C, d = 6, 4
     counts = torch.randint(0, 5, (12, C), generator=g)
     counts[:, 0] += 1                                   # no empty sequence
     counts[0] = torch.tensor([50, 0, 0, 0, 0, 0])       # a single class
-    cases = [((torch.randn(C, C, generator=g), counts, torch.randn(C, d, generator=g)), {}),
-             ((10 * torch.randn(C, C, generator=g), counts, torch.randn(C, d, generator=g)), {})]
-    mistakes = [
-        ("each class must be weighted by how often it occurs: softmax over S_ij + log c_bj "
-         "(you attended to every class once, present or not)",
-         lambda S, c, v: torch.softmax(S, -1).unsqueeze(0).expand(c.shape[0], -1, -1) @ v),
-        ("classes absent from the sequence must get zero weight, and present ones weight "
-         "proportional to their count (you attended once to each present class)",
-         lambda S, c, v: torch.softmax(S.unsqueeze(0) + torch.log((c > 0).to(S.dtype))
-                                       .unsqueeze(1), -1) @ v),
-        ("multiplying the weights by the counts after the softmax needs renormalising: "
-         "the weights of a query must sum to 1",
-         lambda S, c, v: (torch.softmax(S, -1).unsqueeze(0) * c.unsqueeze(1).to(S.dtype)) @ v),
-        ("add log c_bj to the scores, do not multiply the scores by the counts",
-         lambda S, c, v: torch.softmax(S.unsqueeze(0) * c.unsqueeze(1).to(S.dtype), -1) @ v),
-    ]
-    return run_check("attend_counts", fn, cases, _attend_counts_ref, mistakes, atol=1e-5)
+    cases = [case(torch.randn(C, C, generator=g), counts, torch.randn(C, d, generator=g)),
+             case(10 * torch.randn(C, C, generator=g), counts, torch.randn(C, d, generator=g))]
+    if hidden:
+        sparse = torch.zeros(3, 20, dtype=torch.long)
+        sparse[0, 4], sparse[1, :2], sparse[2, 7:] = 50, 25, 4
+        cases += [case(torch.randn(20, 20, generator=g), sparse, torch.randn(20, 8, generator=g)),
+                  case(torch.randn(2, 2, generator=g), torch.tensor([[1, 49]]),
+                       torch.randn(2, 1, generator=g)),
+                  case(torch.randn(C, C, generator=g, dtype=torch.float64), counts,
+                       torch.randn(C, 3, generator=g, dtype=torch.float64))]
+    run_check(fn, "attend_counts", ["scores", "counts", "values"], cases,
+              reference=_attend_counts, mistakes=_ATTEND_MISTAKES)
 
 
 # ------------------------------------------------- queries parallel to 1, by hand
-def _uniform_property(d: int, W_Q: Tensor, W_K: Tensor) -> tuple[float, float]:
-    """(largest spread of scores over keys, smallest query norm) on LayerNorm'd keys."""
-    g = torch.Generator().manual_seed(4)
-    h = F.layer_norm(torch.randn(64, d, generator=g, dtype=torch.float64), (d,))
-    q = h @ W_Q.double().T @ W_K.double() / math.sqrt(d)         # effective queries
-    scores = q @ h.T                                              # (64 queries, 64 keys)
-    spread = float((scores.amax(1) - scores.amin(1)).max())
-    return spread, float(q.norm(dim=1).min())
+def _uniform_judge(got, args, kwargs, precision) -> Verdict:
+    """Every effective query h W_Q^T W_K / sqrt(d) of a LayerNorm'd h is a multiple of 1,
+    a nonzero one for almost every h. With M = W_Q^T W_K and P the projection onto the
+    hyperplane H of LayerNorm'd vectors (queries are h M, rows): h M is parallel to 1 for
+    every h in H exactly when P M P = 0, and it is nonzero for almost every h in H
+    exactly when P M is not zero (the h with h M = 0 then form a subspace of H)."""
+    (d,) = args
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        what = "None: did you forget `return`?" if got is None else type(got).__name__
+        return False, math.inf, f"return a pair (W_Q, W_K), got {what}"
+    for name, W in zip(("W_Q", "W_K"), got):
+        problem = kind_problem(W, torch.zeros(d, d, dtype=precision), precision)
+        if problem:
+            return False, math.inf, f"{name}: {problem}"
+        if tuple(torch.as_tensor(W).shape) != (d, d):
+            return False, math.inf, f"{name} must have shape ({d}, {d}), got {tuple(W.shape)}"
+    W_Q, W_K = (torch.as_tensor(W).detach().cpu().double() for W in got)
+    M = W_Q.T @ W_K
+    P = torch.eye(d, dtype=torch.float64) - 1.0 / d
+    u = max(torch.finfo(torch.as_tensor(w).dtype).eps for w in got)
+    scale = float(W_Q.norm() * W_K.norm()) or 1.0
+    across, alive = float((P @ M @ P).norm()), float((P @ M).norm())
+    if alive <= 1e3 * d * u * scale:
+        return False, math.inf, ("every LayerNorm'd token gets the zero query (h W_Q^T W_K = 0 "
+                                 "for every h orthogonal to 1): uniform, but trivially")
+    if across > 64 * d * u * scale:
+        return False, across / alive, ("the queries are not all parallel to 1: some keys "
+                                       "then score higher than others")
+    return True, across / alive, ""
 
 
-class _Property(tuple):
-    """The reference's output, marked: the learner is judged by a property, not equality."""
+_UNIFORM_MISTAKES = [
+    ("with W_Q = W_K = I the query is the token itself, which is orthogonal to 1: "
+     "scores then depend on the key. Make W_Q map every vector onto the 1 direction",
+     lambda d: (torch.eye(d), torch.eye(d))),
+    ("1 1^T kills every LayerNorm'd vector (they are orthogonal to 1), so the query "
+     "is 0; use 1 w^T with some w that is not parallel to 1",
+     lambda d: (torch.ones(d, d), torch.eye(d))),
+    ("all-zero weights give uniform attention only trivially (zero queries); make the "
+     "query a nonzero multiple of 1 for almost every token",
+     lambda d: (torch.zeros(d, d), torch.eye(d))),
+    ("W_Q = w 1^T is the transpose: it sends every LayerNorm'd token to 0, since "
+     "1 . h = 0; the query should be 1 (w . h), so W_Q = 1 w^T",
+     lambda d: (torch.outer(torch.eye(d)[0], torch.ones(d)), torch.eye(d))),
+]
 
 
-def _uniform_ref(d: int) -> tuple[Tensor, Tensor]:
-    return _Property((torch.outer(torch.ones(d), torch.eye(d)[0]), torch.eye(d)))
-
-
-def check_uniform_query_weights(fn) -> float:
-    """``uniform_query_weights(d)`` -> (W_Q, W_K), each (d, d), queries parallel to 1."""
-    assert_signature(fn, ["d"])
-
-    def compare_fn(got, expected):
-        if not isinstance(expected, _Property):  # a known mistake: is it exactly this one?
-            return compare(got, expected, 1e-6, 1e-5)
-        if not (isinstance(got, (tuple, list)) and len(got) == 2):
-            return False, math.inf, "return a pair (W_Q, W_K)"
-        W_Q, W_K = got
-        d = expected[0].shape[0]
-        for name, W in (("W_Q", W_Q), ("W_K", W_K)):
-            if not isinstance(W, Tensor) or tuple(W.shape) != (d, d):
-                return False, math.inf, f"{name} must be a ({d}, {d}) tensor"
-        spread, qmin = _uniform_property(d, W_Q, W_K)
-        if qmin < 1e-6:
-            return False, math.inf, ("some query is zero: that also gives uniform attention, "
-                                     "but trivially; make every query a nonzero multiple of 1")
-        ok, diff, why = compare(torch.tensor(spread), torch.tensor(0.0), 1e-6, 0.0)
-        return ok, diff, f"scores differ across keys by up to {spread:.3g}"
-
-    cases = [((3,), {}), ((8,), {}), ((21,), {})]
-    mistakes = [
-        ("with W_Q = W_K = I the query is the token itself, which is orthogonal to 1: "
-         "scores then depend on the key. Make W_Q map every vector onto the 1 direction",
-         lambda d: (torch.eye(d), torch.eye(d))),
-        ("1 1^T kills every LayerNorm'd vector (they are orthogonal to 1), so the query "
-         "is 0; use 1 w^T with some w that is not parallel to 1",
-         lambda d: (torch.ones(d, d), torch.eye(d))),
-        ("all-zero weights give uniform attention only trivially (zero queries); make the "
-         "query a nonzero multiple of 1",
-         lambda d: (torch.zeros(d, d), torch.eye(d))),
-    ]
-    return run_check("uniform_query_weights", fn, cases, _uniform_ref, mistakes,
-                     compare_fn=compare_fn)
+def check_uniform_query_weights(fn: Callable[[int], tuple[Tensor, Tensor]], *,
+                                hidden: bool = False) -> None:
+    """``uniform_query_weights(d)`` -> (W_Q, W_K), queries parallel to 1, almost never 0."""
+    sizes = (3, 8, 21) + ((2, 5, 64) if hidden else ())
+    run_check(fn, "uniform_query_weights", ["d"], [case(d) for d in sizes],
+              judge=_uniform_judge, passed="queries are nonzero multiples of 1",
+              mistakes=_UNIFORM_MISTAKES, dtype=torch.float32)

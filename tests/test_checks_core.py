@@ -1,0 +1,164 @@
+"""The machinery every check shares: answers of the wrong kind, learners' errors, time
+limits, forbidden calls, tolerances set by the inputs' precision."""
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from lncourse import checks
+from lncourse.checks import _core
+from lncourse.checks._core import case, run_check
+
+
+def layer_norm_fgh(x, gamma, beta, eps):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps) * gamma + beta
+
+
+BOOLEAN_ANSWERS = [
+    (checks.check_centering_matrix, lambda d: torch.ones(d, d, dtype=torch.bool)),
+    (checks.check_layer_norm_fgh, lambda x, gamma, beta, eps: x > 0),
+    (checks.check_fold_into_linear, lambda W, b, gamma, beta: (W > 0, b > 0)),
+    (checks.check_rms_norm_gain, lambda x, gain, eps: x > 0),
+    (checks.check_layer_norm_jacobian, lambda x, gamma, eps: torch.ones(len(x), len(x)) > 0),
+    (checks.check_layer_norm_on_plane, lambda s, t, v: torch.ones(len(s), len(v)) > 0),
+    (checks.check_norm_without_projection, lambda x: x > 0),
+    (checks.check_running_mean, lambda v: v > 0),
+    (checks.check_sample_covariance, lambda samples: torch.ones(samples.shape[1], samples.shape[1]) > 0),
+    (checks.check_effective_tokens, lambda weights: weights.sum(-1) > 0),
+]
+
+
+@pytest.mark.parametrize("check, answer", BOOLEAN_ANSWERS, ids=lambda v: getattr(v, "__name__", ""))
+def test_boolean_answers_fail_naming_the_dtype(check, answer):
+    with pytest.raises(AssertionError, match=r"boolean tensor \(dtype bool\); the answer is a floating-point"):
+        check(answer)
+
+
+def test_a_python_bool_or_int_is_not_a_slope():
+    with pytest.raises(AssertionError, match=r"returned True \(bool\); the answer is a floating-point number"):
+        checks.check_fit_loglog_slope(lambda variance, m_min: True)
+    with pytest.raises(AssertionError, match=r"returned -1 \(int\)"):
+        checks.check_fit_loglog_slope(lambda variance, m_min: -1)
+
+
+def test_float32_answer_to_a_float64_exercise_names_the_dtype():
+    with pytest.raises(AssertionError, match="returned float32, but this exercise works in float64"):
+        checks.check_running_mean(lambda v: (v.cumsum(-2) / torch.arange(
+            1, v.shape[-2] + 1, dtype=v.dtype)[:, None]).float())
+
+
+def test_float32_rounding_inside_a_float64_answer_gets_a_hint():
+    def fold(W, b, gamma, beta):
+        d = W.shape[1]
+        P = (torch.eye(d) - torch.ones(d, d) / d).double()       # built in float32
+        return (W * gamma) @ P, W @ beta + b
+    with pytest.raises(AssertionError, match="rounding of float32"):
+        checks.check_fold_into_linear(fold)
+
+
+def test_returning_none_asks_about_return():
+    def forgot(x, gamma, beta, eps):
+        layer_norm_fgh(x, gamma, beta, eps)
+    with pytest.raises(AssertionError, match="returned None: did you forget `return`"):
+        checks.check_layer_norm_fgh(forgot)
+
+
+def test_meta_tensors_are_not_mistaken_for_a_stub():
+    with pytest.raises(AssertionError, match="meta device, which has a shape but no values"):
+        checks.check_layer_norm_fgh(lambda x, gamma, beta, eps: torch.empty(x.shape, device="meta"))
+    with pytest.raises(AssertionError, match="comes from PyTorch, not from the stub"):
+        checks.check_layer_norm_fgh(lambda x, gamma, beta, eps: layer_norm_fgh(
+            x.to("meta"), gamma.to("meta"), beta.to("meta"), eps).cpu())
+
+
+def test_stub_reads_as_unfinished():
+    def stub(x, gamma, beta, eps):
+        raise NotImplementedError("Exercise: replace this line with your code")
+    with pytest.raises(NotImplementedError, match="replace this line"):
+        checks.check_layer_norm_fgh(stub)
+
+    def own_stub(x, gamma, beta, eps):
+        raise NotImplementedError
+    with pytest.raises(NotImplementedError, match="^$"):
+        checks.check_layer_norm_fgh(own_stub)
+
+
+def test_a_learners_assert_keeps_the_context():
+    def picky(x, gamma, beta, eps):
+        assert x.dim() == 2, "only matrices, please"
+        return layer_norm_fgh(x, gamma, beta, eps)
+    with pytest.raises(AssertionError, match=r"^layer_norm_fgh: your function raised AssertionError "
+                                             r"\(an assert in your code failed\) on input .*only matrices"):
+        checks.check_layer_norm_fgh(picky)
+
+
+def test_crash_builtin_signature_and_mutation_are_reported():
+    with pytest.raises(AssertionError, match="raised ZeroDivisionError: division by zero on input"):
+        checks.check_centering_matrix(lambda d: 1 / 0)
+    with pytest.raises(AssertionError, match="'eye' is a built-in whose parameters cannot be read"):
+        checks.check_centering_matrix(torch.eye)
+    with pytest.raises(AssertionError, match=r"should take parameters \(x, gamma, beta, eps\)"):
+        checks.check_layer_norm_fgh(lambda x, g, b, eps: x)
+    with pytest.raises(AssertionError, match="expects a function, got int"):
+        checks.check_layer_norm_fgh(3)
+
+    def in_place(x, gamma, beta, eps):
+        x -= x.mean(-1, keepdim=True)
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gamma + beta
+    with pytest.raises(AssertionError, match="modified its input in place"):
+        checks.check_layer_norm_fgh(in_place)
+
+
+def test_generic_failures_say_what_differs():
+    with pytest.raises(AssertionError, match="differs from the reference.*largest difference"):
+        checks.check_centering_matrix(lambda d: torch.zeros(d, d, dtype=torch.float64))
+    with pytest.raises(AssertionError, match=r"shape \(3,\), expected \(3, 3\)"):
+        checks.check_centering_matrix(lambda d: torch.zeros(d, dtype=torch.float64))
+    with pytest.raises(AssertionError, match="contains NaN"):
+        checks.check_centering_matrix(lambda d: torch.full((d, d), float("nan"), dtype=torch.float64))
+    with pytest.raises(AssertionError, match="expected a tuple of 2 values"):
+        checks.check_fold_into_linear(lambda W, b, gamma, beta: W)
+
+
+def test_numpy_answers_are_accepted():
+    checks.check_centering_matrix(lambda d: np.eye(d) - np.ones((d, d)) / d)
+
+
+def test_a_loop_that_never_ends_is_stopped(monkeypatch):
+    monkeypatch.setattr(_core, "SECONDS", 0.5)
+
+    def forever(x, gamma, beta, eps):
+        while True:
+            pass
+    start = time.monotonic()
+    with pytest.raises(AssertionError, match="stopped on input .*time limit of 0.5 s ran out.*loop that never ends"):
+        checks.check_layer_norm_fgh(forever)
+    assert time.monotonic() - start < 5
+
+
+def test_a_learner_cannot_catch_the_stop(monkeypatch):
+    monkeypatch.setattr(_core, "SECONDS", 0.3)
+
+    def stubborn(x, gamma, beta, eps):
+        give_up = time.monotonic() + 3        # so that a stop it could catch ends the test
+        while time.monotonic() < give_up:
+            try:
+                while time.monotonic() < give_up:
+                    pass
+            except Exception:
+                pass
+        return x
+    with pytest.raises(AssertionError, match="time limit of 0.3 s ran out"):
+        checks.check_layer_norm_fgh(stubborn)
+
+
+def test_run_check_sequences_and_judges():
+    cases = [case(torch.tensor([1.0, 2.0]))]
+    run_check(lambda x: (x, x.sum()), "pair", ["x"], cases, reference=lambda x: (x, x.sum()))
+    with pytest.raises(AssertionError, match="item 1"):
+        run_check(lambda x: (x, x.sum() + 1), "pair", ["x"], cases, reference=lambda x: (x, x.sum()))
+    with pytest.raises(ValueError, match="exactly one of reference and judge"):
+        run_check(lambda x: x, "pair", ["x"], cases)

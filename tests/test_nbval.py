@@ -1,0 +1,113 @@
+"""The same seed prints the same numbers: nbval re-executes every chapter the site built and
+compares, cell by cell, the outputs of the cells the chapter tags ``deterministic``.
+
+The reference outputs are the site build's own, as nbclient recorded them in the build's
+execution cache (``_build/.jupyter_cache``; the copies in ``_build/jupyter_execute`` have
+their streams half-merged by MyST-NB); nbval runs the notebook again in a fresh kernel, in
+fast mode as the site did, and fails on any difference in those cells' text. Cells that print
+timings, or numbers that depend on the machine, are simply not tagged.
+"""
+
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+
+SITE_CACHE = ROOT / "_build" / ".jupyter_cache"
+CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.md"))
+
+
+def site_notebook(source) -> nbformat.NotebookNode:
+    """The notebook the site build executed for ``source``, from its execution cache."""
+    from jupyter_cache import get_cache
+
+    assert SITE_CACHE.exists(), "build the site first: bash scripts/build_site.sh"
+    cache = get_cache(str(SITE_CACHE))
+    records = sorted((r for r in cache.list_cache_records() if r.uri == str(source)),
+                     key=lambda r: r.created)
+    assert records, f"the site build has not executed {source.name}"
+    return cache.get_cache_bundle(records[-1].pk).nb
+
+
+def coalesced(outputs: list) -> list:
+    """Consecutive stream outputs of one stream joined into one, as nbval joins the
+    outputs of its own run (how a cell's prints were split into messages is timing)."""
+    out = []
+    for o in outputs:
+        if (o.get("output_type") == "stream" and out and out[-1].get("output_type") == "stream"
+                and out[-1].get("name") == o.get("name")):
+            out[-1]["text"] = out[-1]["text"] + o["text"]
+        else:
+            out.append(o)
+    return out
+
+
+def tagged(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The notebook with nbval's check marker on (only) its ``deterministic`` cells."""
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "deterministic" in tags:
+            cell.metadata["tags"] = [*tags, "nbval-check-output"]
+            cell.outputs = coalesced(cell.get("outputs", []))
+    return nb
+
+
+def test_every_chapter_marks_deterministic_cells():
+    import jupytext
+
+    for source in CHAPTERS:
+        nb = jupytext.read(source)
+        marked = [c for c in nb.cells if "deterministic" in c.metadata.get("tags", [])]
+        assert len(marked) >= 3, f"{source.name} tags only {len(marked)} cells deterministic"
+
+
+def run_nbval(path, rootdir) -> subprocess.CompletedProcess:
+    """nbval in lax mode (only tagged cells compared) on one notebook, in its folder."""
+    env = {**os.environ, "LNCOURSE_NO_WIDGETS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-kernel-name", "python3",
+         "--nbval-cell-timeout", "300", "-p", "no:cacheprovider", "-q", "-x",
+         "--rootdir", str(rootdir), "-c", os.devnull, str(path)],
+        cwd=path.parent, env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_a_deterministic_cell_that_prints_other_numbers_fails(tmp_path):
+    """The comparison bites: a tagged cell whose stored output differs fails, and the same
+    cell untagged is not compared."""
+    cell = nbformat.v4.new_code_cell("import torch\ntorch.manual_seed(0)\nprint(torch.rand(2))",
+                                     metadata={"tags": ["deterministic"]})
+    import torch
+
+    torch.manual_seed(0)
+    printed = f"{torch.rand(2)}\n"                     # what the kernel will print
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed)]
+    cell.execution_count = 1                    # nbval ignores the outputs of unrun cells
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    path = tmp_path / "same.ipynb"
+    nbformat.write(tagged(nb), path)
+    assert run_nbval(path, tmp_path).returncode == 0
+    cell.outputs[0].text = printed.replace("0.4963", "0.4964")   # one digit off
+    cell.metadata["tags"] = ["deterministic"]
+    nbformat.write(tagged(nb), path)
+    assert run_nbval(path, tmp_path).returncode != 0
+    cell.metadata["tags"] = []
+    nbformat.write(tagged(nb), path)
+    assert run_nbval(path, tmp_path).returncode == 0
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("source", CHAPTERS, ids=lambda p: p.stem)
+def test_deterministic_cells_print_the_same_numbers_again(source, tmp_path):
+    nb = tagged(site_notebook(source))
+    # nbval starts the kernel in the notebook's folder: put it where the chapter ran
+    path = ROOT / "book" / f"_nbval_{source.stem}.ipynb"
+    nbformat.write(nb, path)
+    try:
+        run = run_nbval(path, tmp_path)
+    finally:
+        path.unlink(missing_ok=True)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]

@@ -1,0 +1,162 @@
+"""Fresh virtual environments for the tests of the reader's paths (Colab, requirements.txt).
+
+Each environment is a bare ``python -m venv`` (never ``--system-site-packages``): it sees
+nothing of the project's ``.venv``. torch is always the local CPU wheel, pinned
+(``TORCH``); everything else comes unpinned from the package index, as a reader gets it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT
+
+TORCH = "torch==2.13.0"           # the local CPU wheel (never unpinned: that is GBs of CUDA)
+# What Colab brings that the course uses; ipykernel and nbclient execute the notebooks.
+COLAB = [TORCH, "numpy", "scipy", "matplotlib", "ipywidgets", "tqdm"]
+RUNNER = ["ipykernel", "nbclient"]
+# Cached environments live here (LNCOURSE_VENV_CACHE moves them, for example out of a
+# fresh clone); one older than MAX_AGE is rebuilt, so "newest" is at most a week old.
+CACHE = Path(os.environ.get("LNCOURSE_VENV_CACHE", ROOT / "_build" / "venvs"))
+MAX_AGE = 7 * 24 * 3600
+# A stand-in for Colab's own module: the install cell takes its Colab branch when
+# google.colab is imported, as Colab's kernel does at start-up (sitecustomize).
+COLAB_STUB = {"google/colab/__init__.py": '"""A stand-in for Colab\'s module (tests only)."""\n',
+              "sitecustomize.py": "import google.colab  # noqa: F401 (as Colab's kernel does)\n"}
+DRIVER = """
+import sys, nbclient, nbformat
+nb = nbformat.read(sys.argv[1], as_version=4)
+client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
+                                 resources={"metadata": {"path": sys.argv[3]}})
+try:
+    client.execute()   # cells tagged raises-exception (the stubs) may fail; others stop it
+except nbclient.exceptions.CellExecutionError as err:
+    print(str(err)[-3000:], file=sys.stderr)
+finally:
+    nbformat.write(nb, sys.argv[2])
+"""
+
+
+def _quiet(text: str) -> str:
+    # this machine's pip.conf names mirror folders it lacks: one warning per package
+    return "\n".join(l for l in text.splitlines() if "is ignored: it is neither" not in l)
+
+
+def run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run ``cmd``; on failure, raise with its output (without pip's mirror noise)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    if done.returncode:
+        raise AssertionError(f"{' '.join(map(str, cmd))} exited {done.returncode}:\n"
+                             f"{_quiet(done.stdout)[-3000:]}\n{_quiet(done.stderr)[-3000:]}")
+    return done
+
+
+def pip(python: Path, *args: str) -> subprocess.CompletedProcess:
+    return run([str(python), "-m", "pip", "install", "-q", *args])
+
+
+def create(path: Path, packages: list[str] = (), requirements: Path | None = None) -> Path:
+    """A bare venv at ``path`` with ``packages`` (and ``requirements``); returns its python."""
+    shutil.rmtree(path, ignore_errors=True)
+    base = getattr(sys, "_base_executable", sys.executable)
+    run([base, "-m", "venv", str(path)])
+    python = path / "bin" / "python"
+    pip(python, TORCH)        # alone first, so that nothing else can pull a CUDA build
+    extra = ["-r", str(requirements), "-c", str(_torch_pin(path))] if requirements else []
+    pip(python, *packages, *extra)
+    return python
+
+
+def _torch_pin(path: Path) -> Path:
+    pin = path / "torch-constraint.txt"
+    pin.write_text(TORCH + "\n")
+    return pin
+
+
+def freeze(python: Path) -> set[str]:
+    """The distributions installed in the environment, by normalised name (read from
+    their .dist-info folders: a second, where ``pip list`` takes several under load)."""
+    (site,) = python.parent.parent.glob("lib/python*/site-packages")
+    return {d.name.split("-")[0].lower().replace("_", "-") for d in site.glob("*.dist-info")}
+
+
+def cached(name: str, packages: list[str]) -> Path:
+    """A bare venv with ``packages``, kept in ``CACHE`` and restored to exactly them.
+
+    Rebuilt when the package list changes or the environment is older than ``MAX_AGE``;
+    otherwise whatever a previous test installed into it is uninstalled first.
+    """
+    path = CACHE / name
+    python, stamp = path / "bin" / "python", path / "lncourse-stamp.json"
+    key = hashlib.sha256(json.dumps([packages, sys.version]).encode()).hexdigest()
+    try:
+        state = json.loads(stamp.read_text())
+        fresh = state["key"] == key and time.time() - state["created"] < MAX_AGE
+    except (OSError, ValueError, KeyError):
+        fresh = False
+    if not (fresh and python.exists()):
+        create(path, packages)
+        stamp.write_text(json.dumps({"key": key, "created": time.time(),
+                                     "installed": sorted(freeze(python))}))
+        return python
+    extra = freeze(python) - set(json.loads(stamp.read_text())["installed"])
+    if extra:
+        run([str(python), "-m", "pip", "uninstall", "-q", "-y", *sorted(extra)])
+    return python
+
+
+def build_wheel(folder: Path) -> Path:
+    """A wheel of the checkout's working tree (built from a copy, leaving no build/ here)."""
+    src = folder / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "lncourse", src / "lncourse",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # the stored results ship in the wheel (package lncourse_results), not their checkpoints
+    shutil.copytree(ROOT / "results", src / "results",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "checkpoints"))
+    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(folder), str(src)])
+    (wheel,) = folder.glob("lncourse-*.whl")
+    return wheel
+
+
+def colab_stub(folder: Path) -> Path:
+    for name, text in COLAB_STUB.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def execute(python: Path, notebook: Path, out: Path, cwd: Path, pythonpath: Path | None = None,
+            timeout: float = 1200) -> None:
+    """Execute ``notebook`` with the environment's own kernel; the result goes to ``out``.
+
+    The kernel sees the environment only: no PYTHONPATH but ``pythonpath``, no project
+    folder on its path (it starts in ``cwd``), one thread, no widgets (nbclient misses
+    cell replies amid widget traffic; see lncourse.plotting.interactive).
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "LNCOURSE_INSTALL_SOURCE")}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", LNCOURSE_DEVICE="cpu",
+               LNCOURSE_NO_WIDGETS="1", PATH=f"{python.parent}:{env.get('PATH', '')}")
+    if pythonpath:
+        env["PYTHONPATH"] = str(pythonpath)
+    driver = out.parent / "execute_notebook.py"
+    driver.write_text(DRIVER)
+    run([str(python), str(driver), str(notebook), str(out), str(cwd)], env=env, cwd=cwd,
+        timeout=timeout)
+
+
+def errors(nb) -> list[tuple[int, str]]:
+    return [(i, out.ename) for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+            for out in cell.get("outputs", []) if out.output_type == "error"]
