@@ -13,6 +13,7 @@ import numbers
 from dataclasses import dataclass
 
 from . import majority as M
+from .rng import check_seed
 
 __all__ = ["PAPER_SEEDS", "MajorityConfig"]
 
@@ -64,7 +65,7 @@ class MajorityConfig:
                     or not math.isfinite(lr) or lr <= 0:
                 raise ValueError(f"lr must be a finite positive number, got {lr!r}")
         for seed in self.seeds + (self.data_seed,):
-            _int("a seed", seed, 0, 2**63)
+            check_seed(seed, "a seed")   # 2**32 and above repeat smaller seeds
         for name in ("n_samples", "batch_size", "steps", "eval_every", "schedule_epochs"):
             _int(name, getattr(self, name), 1)
         _int("d_model", self.d_model, 2)

@@ -1,5 +1,5 @@
-"""Answers to every exercise as learners write them: wrong ones, and right ones the
-reference does not spell out.
+"""Answers to every exercise as learners write them: for each chapter, a reference
+solution written apart from the checks, other right answers, and wrong ones.
 
 Each is an ordinary function registered under the exercise's function name with
 ``@wrong(function, match)`` (``match``: a fragment of the message the check must give)
@@ -55,6 +55,46 @@ def right(function: str):
 
 
 # ================================================================ chapter 1
+# The reference solutions, written apart from the checks' own references.
+@right("layer_norm_fgh")
+def layer_norm_fgh(x, gamma, beta, eps):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps) * gamma + beta
+
+
+@right("centering_matrix")
+def centering_matrix(d):
+    return torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / d
+
+
+@right("layer_norm_on_plane")
+def layer_norm_on_plane(s, t, v):
+    return math.sqrt(v.shape[-1]) * torch.sign(s)[:, None] * v
+
+
+@right("fold_into_linear")
+def fold_into_linear(W, b, gamma, beta):
+    d = W.shape[1]
+    P = torch.eye(d, dtype=W.dtype) - torch.ones(d, d, dtype=W.dtype) / d
+    return (W * gamma) @ P, W @ beta + b
+
+
+@right("rms_norm_gain")
+def rms_norm_gain(x, gain, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
+
+
+@right("layer_norm_jacobian")
+def layer_norm_jacobian(x, gamma, eps):
+    d = x.shape[-1]
+    c = x - x.mean()
+    s = torch.sqrt((c * c).mean() + eps)
+    z = c / s
+    P = torch.eye(d, dtype=x.dtype) - torch.ones(d, d, dtype=x.dtype) / d
+    return gamma[:, None] * (P - torch.outer(z, z) / d) / s
+
+
+# Other right answers, and wrong ones.
 @right("layer_norm_fgh")
 def layer_norm_in_float64(x, gamma, beta, eps):
     x64 = x.double()
@@ -325,6 +365,64 @@ def jacobian_by_backward(x, gamma, eps):
 
 
 # ================================================================ chapter 2
+# The reference solutions, written apart from the checks' own references.
+@right("hull_vertices_2d")
+def hull_vertices_2d(points):
+    pts = points.double()
+    order = sorted(range(len(pts)), key=lambda j: (float(pts[j, 0]), float(pts[j, 1])))
+
+    def cross(o, a, b):
+        return float((pts[a, 0] - pts[o, 0]) * (pts[b, 1] - pts[o, 1])
+                     - (pts[a, 1] - pts[o, 1]) * (pts[b, 0] - pts[o, 0]))
+
+    def half(indices):
+        stack = []
+        for j in indices:
+            while len(stack) >= 2 and cross(stack[-2], stack[-1], j) <= 0:
+                stack.pop()
+            stack.append(j)
+        return stack
+
+    out = torch.zeros(len(pts), dtype=torch.bool)
+    out[sorted(set(half(order)) | set(half(order[::-1])))] = True
+    return out
+
+
+@right("unselectable_lp")
+def unselectable_lp(keys):
+    from scipy.optimize import linprog
+    K = keys.double().numpy()
+    out = torch.zeros(len(K), dtype=torch.bool)
+    for i in range(len(K)):
+        others = K[np.abs(K - K[i]).max(1) > 0]          # twins are the same point
+        if len(others) == 0:
+            continue
+        res = linprog(np.zeros(len(others)), A_eq=np.vstack([others.T, np.ones(len(others))]),
+                      b_eq=np.append(K[i], 1.0), bounds=(0, None), method="highs")
+        out[i] = res.status == 0
+    return out
+
+
+@right("ellipsoid_query")
+def ellipsoid_query(keys, gamma, beta, i):
+    return (keys[i] - beta) / gamma ** 2
+
+
+@right("braid_reflect")
+def braid_reflect(keys, i, steps):
+    q = keys[i].clone()
+    for _ in range(steps):
+        scores = keys @ q
+        scores[i] = -math.inf
+        j = int(torch.argmax(scores))
+        if float(keys[i] @ q) > float(scores[j]):
+            return q
+        w = keys[j] - keys[i]
+        q = q - 2 * (q @ w) / (w @ w) * w
+    return q
+
+
+# Other right answers, and wrong ones.
 
 
 @wrong("hull_vertices_2d", "middle of an edge")
@@ -569,6 +667,38 @@ def braid_moves_keys(keys, i, steps):
 
 
 # ================================================================ chapter 3
+# The reference solutions, written apart from the checks' own references.
+@right("has_clear_majority")
+def has_clear_majority(counts, min_margin):
+    top2 = counts.topk(2, dim=1).values
+    return (top2[:, 0] - top2[:, 1] >= min_margin) & (top2[:, 1] > 0)
+
+
+@right("uniform_query_weights")
+def uniform_query_weights(d):
+    w = torch.zeros(d)
+    w[0] = 1.0
+    return torch.outer(torch.ones(d), w), torch.eye(d)
+
+
+@right("attend_counts")
+def attend_counts(scores, counts, values):
+    logits = scores.unsqueeze(0) + torch.log(counts.to(scores.dtype)).unsqueeze(1)
+    return torch.softmax(logits, dim=-1) @ values
+
+
+@right("norm_without_projection")
+def norm_without_projection(x):
+    return math.sqrt(x.shape[-1]) * x / x.norm(dim=-1, keepdim=True)
+
+
+@right("query_angle")
+def query_angle(queries):
+    cos = queries.sum(-1) / (queries.norm(dim=-1) * math.sqrt(queries.shape[-1]))
+    return torch.rad2deg(torch.acos(cos.abs().clamp(max=1.0)))
+
+
+# Other right answers, and wrong ones.
 @wrong("has_clear_majority", "use >=")
 def majority_strict(counts, min_margin):
     top2 = counts.topk(2, dim=1).values
@@ -715,6 +845,43 @@ def query_angle_first_axis(queries):
 
 
 # ================================================================ chapter 4
+# The reference solutions, written apart from the checks' own references.
+@right("running_mean")
+def running_mean(v):
+    m = torch.arange(1, v.shape[-2] + 1, dtype=v.dtype)
+    return v.cumsum(dim=-2) / m[:, None]
+
+
+@right("sample_covariance")
+def sample_covariance(samples):
+    centred = samples - samples.mean(dim=0, keepdim=True)
+    return centred.T @ centred / (samples.shape[0] - 1)
+
+
+@right("fit_loglog_slope")
+def fit_loglog_slope(variance, m_min):
+    m = torch.arange(1, variance.numel() + 1, dtype=torch.float64)
+    keep = m >= m_min
+    x, y = m[keep].log(), variance.double()[keep].log()
+    x, y = x - x.mean(), y - y.mean()
+    return float((x * y).sum() / (x * x).sum())
+
+
+@right("masked_attention")
+def masked_attention(scores, causal):
+    if causal:
+        T = scores.shape[-1]
+        allowed = torch.ones(T, T, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+@right("effective_tokens")
+def effective_tokens(weights):
+    return 1.0 / weights.pow(2).sum(dim=-1)
+
+
+# Other right answers, and wrong ones.
 @wrong("running_mean", "divided every position by T")
 def running_mean_by_length(v):
     return v.cumsum(-2) / v.shape[-2]

@@ -1,83 +1,12 @@
-"""Chapter 1's checks pass right answers (visible and hidden inputs), name every known
-mistake, and enforce what the exercises forbid."""
-
-import math
+"""Chapter 1's checks: a more accurate answer than the float32 reference passes, a
+forbidden call is caught under any name, and messages name the learner's function."""
 
 import pytest
 import torch
 from torch.nn.functional import layer_norm as normalise
 
-from answers import RIGHT, WRONG
-from conftest import assert_check_passes, raised_message
+from answers import layer_norm_fgh
 from lncourse import checks
-from lncourse.checks import layernorm as module
-
-FUNCTIONS = ["layer_norm_fgh", "centering_matrix", "layer_norm_on_plane", "fold_into_linear",
-             "rms_norm_gain", "layer_norm_jacobian"]
-MISTAKES = {"layer_norm_fgh": module._LN_MISTAKES, "centering_matrix": module._P_MISTAKES,
-            "layer_norm_on_plane": module._PLANE_MISTAKES,
-            "fold_into_linear": module._FOLD_MISTAKES, "rms_norm_gain": module._RMS_MISTAKES,
-            "layer_norm_jacobian": module._JAC_MISTAKES}
-
-
-# --------------------------------------------------------------- reference solutions
-def layer_norm_fgh(x, gamma, beta, eps):
-    c = x - x.mean(-1, keepdim=True)
-    return c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps) * gamma + beta
-
-
-def centering_matrix(d):
-    return torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / d
-
-
-def layer_norm_on_plane(s, t, v):
-    return math.sqrt(v.shape[-1]) * torch.sign(s)[:, None] * v
-
-
-def fold_into_linear(W, b, gamma, beta):
-    d = W.shape[1]
-    P = torch.eye(d, dtype=W.dtype) - torch.ones(d, d, dtype=W.dtype) / d
-    return (W * gamma) @ P, W @ beta + b
-
-
-def rms_norm_gain(x, gain, eps):
-    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
-
-
-def layer_norm_jacobian(x, gamma, eps):
-    d = x.shape[-1]
-    c = x - x.mean()
-    s = torch.sqrt((c * c).mean() + eps)
-    z = c / s
-    P = torch.eye(d, dtype=x.dtype) - torch.ones(d, d, dtype=x.dtype) / d
-    return gamma[:, None] * (P - torch.outer(z, z) / d) / s
-
-
-SOLUTIONS = [layer_norm_fgh, centering_matrix, layer_norm_on_plane, fold_into_linear,
-             rms_norm_gain, layer_norm_jacobian]
-ALL_RIGHT = [(f.__name__, f) for f in SOLUTIONS] + [
-    (a.function, a.fn) for f in FUNCTIONS for a in RIGHT.get(f, [])]
-
-
-@pytest.mark.parametrize("hidden", [False, True], ids=["visible", "hidden"])
-@pytest.mark.parametrize("function, solution", ALL_RIGHT, ids=lambda v: getattr(v, "__name__", v))
-def test_right_answers_pass_and_print_one_line(function, solution, hidden, capsys):
-    assert_check_passes(getattr(checks, f"check_{function}"), solution, capsys, hidden)
-
-
-@pytest.mark.parametrize("answer", [a for f in FUNCTIONS for a in WRONG[f]],
-                         ids=lambda a: a.fn.__name__)
-def test_wrong_answer_fails_with_its_message(answer):
-    message = raised_message(getattr(checks, f"check_{answer.function}"), answer)
-    assert message.startswith(f"{answer.function}: ")
-
-
-@pytest.mark.parametrize("function", FUNCTIONS)
-def test_every_known_mistake_has_a_wrong_answer_that_triggers_it(function):
-    check = getattr(checks, f"check_{function}")
-    raised = [raised_message(check, a) for a in WRONG[function]]
-    for message, _ in MISTAKES[function]:
-        assert any(message in r for r in raised), f"no wrong answer triggers: {message}"
 
 
 def test_a_more_accurate_answer_passes_where_float32_is_off():

@@ -16,9 +16,10 @@ import nbformat
 import pytest
 
 from conftest import ROOT
+from myst import chapter_sources
 
 SITE_CACHE = ROOT / "_build" / ".jupyter_cache"
-CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.md"))
+CHAPTERS = chapter_sources()
 
 
 def site_notebook(source) -> nbformat.NotebookNode:

@@ -373,8 +373,9 @@ def test_stored_probe_run_replays(path):
             nope_probe._stream_seed(seed, 3)))
         used = order[:steps * cfg.seqs_per_step].tolist()
         assert steps * cfg.seqs_per_step <= cfg.train_seqs        # one epoch, no reshuffle
-        model = nope.random_nope_model(cfg.d_model, cfg.n_heads, 1, cfg.seq_len, cfg.sigma,
-                                       causal, seed)
+        # built whole: a model of fewer layers draws other weights for its first block
+        model = nope.random_nope_model(cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.seq_len,
+                                       cfg.sigma, causal, seed)
         f_used, p_used = nope_probe.probe_features(model, cfg, seed, used, n_layers=1)
         feats = torch.zeros(2, cfg.train_seqs * P, cfg.d_model)
         pos = torch.zeros(cfg.train_seqs * P, dtype=p_used.dtype)

@@ -315,3 +315,15 @@ def check_layer_norm_jacobian(fn: Callable[[Tensor, Tensor, float], Tensor], *,
                           torch.randn(4, generator=g, dtype=torch.float64), 0.5))
     run_check(fn, "layer_norm_jacobian", ["x", "gamma", "eps"], cases, reference=_jacobian,
               mistakes=_JAC_MISTAKES, forbidden=NO_AUTOGRAD)
+
+
+# The known mistakes of every exercise this module checks, by the exercise's function
+# name (tests/test_checks_exercises.py writes an answer for each).
+MISTAKES = {
+    "layer_norm_fgh": _LN_MISTAKES,
+    "centering_matrix": _P_MISTAKES,
+    "layer_norm_on_plane": _PLANE_MISTAKES,
+    "fold_into_linear": _FOLD_MISTAKES,
+    "rms_norm_gain": _RMS_MISTAKES,
+    "layer_norm_jacobian": _JAC_MISTAKES,
+}

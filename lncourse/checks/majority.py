@@ -233,3 +233,14 @@ def check_uniform_query_weights(fn: Callable[[int], tuple[Tensor, Tensor]], *,
     run_check(fn, "uniform_query_weights", ["d"], [case(d) for d in sizes],
               judge=_uniform_judge, passed="queries are nonzero multiples of 1",
               mistakes=_UNIFORM_MISTAKES, dtype=torch.float32)
+
+
+# The known mistakes of every exercise this module checks, by the exercise's function
+# name (tests/test_checks_exercises.py writes an answer for each).
+MISTAKES = {
+    "has_clear_majority": _MARGIN_MISTAKES,
+    "uniform_query_weights": _UNIFORM_MISTAKES,
+    "attend_counts": _ATTEND_MISTAKES,
+    "norm_without_projection": _NO_PROJECTION_MISTAKES,
+    "query_angle": _ANGLE_MISTAKES,
+}

@@ -197,3 +197,14 @@ def check_effective_tokens(fn: Callable[[Tensor], Tensor], *, hidden: bool = Fal
                   case(torch.randn(3, 9, generator=g).softmax(-1))]               # float32
     run_check(fn, "effective_tokens", ["weights"], cases, reference=_effective_tokens,
               mistakes=_EFFECTIVE_MISTAKES)
+
+
+# The known mistakes of every exercise this module checks, by the exercise's function
+# name (tests/test_checks_exercises.py writes an answer for each).
+MISTAKES = {
+    "running_mean": _RUNNING_MEAN_MISTAKES,
+    "sample_covariance": _COVARIANCE_MISTAKES,
+    "fit_loglog_slope": _SLOPE_MISTAKES,
+    "masked_attention": _MASK_MISTAKES,
+    "effective_tokens": _EFFECTIVE_MISTAKES,
+}

@@ -19,7 +19,7 @@ __all__ = ["check_hull_vertices_2d", "check_unselectable_lp", "check_ellipsoid_q
            "check_braid_reflect"]
 
 _SOLVERS = ("lncourse.selectability.selectability", "lncourse.selectability.selectability_batch",
-            "lncourse.selectability.selectability_lp_baseline")
+            "lncourse.selectability_experiments.selectability_lp_baseline")
 
 
 def _selectable(keys: Tensor) -> Tensor:
@@ -265,3 +265,13 @@ def check_braid_reflect(fn: Callable[[Tensor, int, int], Tensor], *, hidden: boo
         cases += [case(K3, i, 25) for i in (0, 17, 59)] + [case(K1, 2, 0), case(K2, 9, 1)]
     run_check(fn, "braid_reflect", ["keys", "i", "steps"], cases, reference=_walk,
               mistakes=_WALK_MISTAKES, smooth=False)
+
+
+# The known mistakes of every exercise this module checks, by the exercise's function
+# name (tests/test_checks_exercises.py writes an answer for each).
+MISTAKES = {
+    "hull_vertices_2d": _HULL_MISTAKES,
+    "unselectable_lp": _LP_MISTAKES,
+    "ellipsoid_query": _ELLIPSOID_MISTAKES,
+    "braid_reflect": _WALK_MISTAKES,
+}

@@ -1,0 +1,46 @@
+"""Every exercise's check, in every chapter: the reference solutions and the other right
+answers in ``answers.py`` pass (on visible and hidden inputs) and print one line; every
+wrong answer fails with its own message; and every mistake a check knows by name is
+triggered by at least one wrong answer written independently of the check."""
+
+import pytest
+
+from answers import RIGHT, WRONG
+from conftest import assert_check_passes, raised_message
+from lncourse import checks
+from lncourse.checks import layernorm, majority, nope, selectability
+
+MODULES = [layernorm, selectability, majority, nope]
+FUNCTIONS = [f for module in MODULES for f in module.MISTAKES]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_every_check_has_its_mistakes_and_answers_on_both_sides(module):
+    functions = {name.removeprefix("check_") for name in module.__all__}
+    assert set(module.MISTAKES) == functions
+    for function in functions:
+        assert RIGHT.get(function), f"no right answer for {function}"
+        assert WRONG.get(function), f"no wrong answer for {function}"
+
+
+@pytest.mark.parametrize("hidden", [False, True], ids=["visible", "hidden"])
+@pytest.mark.parametrize("answer", [a for f in FUNCTIONS for a in RIGHT[f]],
+                         ids=lambda a: f"{a.function}-{a.fn.__name__}")
+def test_right_answers_pass_and_print_one_line(answer, hidden, capsys):
+    assert_check_passes(getattr(checks, f"check_{answer.function}"), answer.fn, capsys, hidden)
+
+
+@pytest.mark.parametrize("answer", [a for f in FUNCTIONS for a in WRONG[f]],
+                         ids=lambda a: f"{a.function}-{a.fn.__name__}")
+def test_wrong_answer_fails_with_its_message(answer):
+    message = raised_message(getattr(checks, f"check_{answer.function}"), answer)
+    assert message.startswith(f"{answer.function}: ")
+
+
+@pytest.mark.parametrize("module, function", [(m, f) for m in MODULES for f in m.MISTAKES],
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_every_known_mistake_has_a_wrong_answer_that_triggers_it(module, function):
+    check = getattr(checks, f"check_{function}")
+    raised = [raised_message(check, a) for a in WRONG[function]]
+    for message, _ in module.MISTAKES[function]:
+        assert any(message in r for r in raised), f"no wrong answer triggers: {message}"
