@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from . import majority as M
 from . import multiset as MS
+from . import multiset_fused as FUSED
 from .majority_config import PAPER_SEEDS, MajorityConfig
 from .majority_train import _Adam, initial_model
 
@@ -72,7 +73,7 @@ def _stacked(models, counts, labels, batches, device, fused: bool) -> list[float
         idx = batches[:, step]                                           # (G, B)
         c, y = counts[idx], labels[idx]
         if fused:
-            loss = MS.multiset_loss(params, c, y, variants)
+            loss = FUSED.multiset_loss(params, c, y, variants)
             grads = torch.autograd.grad(loss.sum(), list(params.values()))
             opt.step(dict(zip(params, grads)), 1.0)
         else:

@@ -2,11 +2,12 @@
 (chapter 3).
 
 :func:`train` stacks the weights of M models along a leading axis and trains them as one
-computation on class counts (:func:`lncourse.multiset.multiset_loss`), with Adam written
-out for a learning rate per model. Adam is elementwise and the loss is a sum of per-model
-losses, so this is the same as training each model alone; :func:`train_single` does
-exactly that, token by token, with the released ``nn.TransformerEncoderLayer`` and
-``torch.optim.Adam``, and the tests compare the two.
+computation on class counts (:func:`lncourse.multiset_fused.multiset_loss`), with Adam
+written out for a learning rate per model. Adam is elementwise and the loss is a sum of
+per-model losses, so this is the same as training each model alone;
+:func:`lncourse.majority_single.train_single` does exactly that, token by token, with the
+released ``nn.TransformerEncoderLayer`` and ``torch.optim.Adam``, and the tests compare
+the two.
 
 From Python, ``train(MajorityConfig.quick())`` (see :mod:`lncourse.majority_config`);
 from the command line, a preset written to
@@ -29,13 +30,13 @@ import torch
 from torch import Tensor
 
 from . import majority as M
-from . import multiset as MS
+from . import multiset_fused as FUSED
 from .majority_config import MajorityConfig
 from .checkpoint import load_checkpoint, save_checkpoint
 from .progress import progress
 from .results import RESULTS_DIR, provenance, run_started, write_result
 
-__all__ = ["MajorityConfig", "initial_model", "train", "train_single", "PRESETS", "main"]
+__all__ = ["MajorityConfig", "initial_model", "train", "PRESETS", "main"]
 
 TRACE_STEPS = 25   # every step's loss is kept for the first steps (what the tests replay)
 
@@ -134,7 +135,7 @@ class _Adam:
 def _evaluate(params: dict[str, Tensor], variants: tuple[str, ...],
               data: dict) -> tuple[Tensor, Tensor]:
     """Per-token test accuracy and mean query angle of each model, (M,) each."""
-    _, acc = MS.multiset_evaluate(params, data["test_counts"], data["test_labels"], variants)
+    _, acc = FUSED.multiset_evaluate(params, data["test_counts"], data["test_labels"], variants)
     # Angle averaged over the test tokens = over classes weighted by their token counts.
     class_weight = data["test_counts"].sum(dim=0).to(params["W_E"].dtype)   # (C,)
     angles = torch.stack([M.query_angles(M.effective_queries(
@@ -228,7 +229,7 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
 
     if not history["step"]:  # a fresh run (a checkpoint at step 0 already holds it)
         c, y = batch(0)
-        loss0, _ = MS.multiset_evaluate(params, c, y, variants, chunk)
+        loss0, _ = FUSED.multiset_evaluate(params, c, y, variants, chunk)
         _record(history, 0, loss0, *_evaluate(params, variants, data))
         if checkpoint_path:
             checkpoint(0)
@@ -238,7 +239,7 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     loss_sum = torch.zeros(len(variants), device=device, dtype=dtype)
     for step in bar:
         c, y = batch(step)
-        loss = MS.multiset_loss(params, c, y, variants, chunk)
+        loss = FUSED.multiset_loss(params, c, y, variants, chunk)
         grads = torch.autograd.grad(loss.sum(), list(params.values()))
         opt.step(dict(zip(params, grads)), _lr_factor(step, config, steps_per_epoch))
         loss = loss.detach()
@@ -261,70 +262,6 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     bar.close()
     history["final_params"] = {k: p.detach().cpu().tolist() for k, p in params.items()}
     history["seconds"] = elapsed + time.perf_counter() - t0
-    return history
-
-
-def train_single(config: MajorityConfig, variant: str, seed: int, *,
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 steps: int | None = None, show_progress: bool = False) -> dict:
-    """The straightforward way: one released model, token by token, ``torch.optim.Adam``.
-
-    Same data, initial weights, batch order and schedule as model (variant, seed) of
-    :func:`train` (at ``config``'s first learning rate), so the two histories agree up to
-    rounding. Returns the same keys, each holding one model.
-    """
-    device = torch.device(device)
-    cfg = dataclasses.replace(config, seeds=(seed,), variants=(variant,),
-                              lr=config.lrs[0], steps=steps or config.steps)
-    data = _data(cfg, device)
-    model = initial_model(variant, seed, cfg).to(device=device, dtype=dtype)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda step: _lr_factor(step, cfg, math.ceil(len(data["train_labels"])
-                                                          / cfg.batch_size)))
-    order = _BatchOrder(seed, len(data["train_labels"]), cfg.batch_size)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    history = _empty_history(cfg)
-
-    def token_loss(step: int) -> Tensor:
-        idx = order.indices(step).to(device)
-        x, y = data["train_tokens"][idx], data["train_labels"][idx]
-        logits = model(x)                                            # (B, T, C)
-        return loss_fn(logits.reshape(-1, cfg.n_classes),
-                       y.unsqueeze(1).expand_as(x).reshape(-1))
-
-    @torch.no_grad()
-    def evaluate() -> tuple[Tensor, Tensor]:
-        x, y = data["test_tokens"], data["test_labels"]
-        correct = sum(int((model(x[i:i + 2000]).argmax(-1) == y[i:i + 2000, None]).sum())
-                      for i in range(0, len(y), 2000))
-        weight = data["test_counts"].sum(dim=0).to(dtype)
-        q = M.effective_queries(model.embedding.weight, model.layer.self_attn.in_proj_weight,
-                                variant, model.layer.norm1.gain)
-        angle = (M.query_angles(q) * weight).sum() / weight.sum()
-        return torch.tensor([correct / x.numel()], dtype=torch.float64), angle.reshape(1)
-
-    with torch.no_grad():
-        loss0 = token_loss(0)
-    _record(history, 0, loss0.reshape(1), *evaluate())
-    loss_sum = 0.0
-    for step in progress(range(cfg.steps), desc=f"{variant} {seed}", disable=not show_progress):
-        loss = token_loss(step)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        loss_sum += loss.item()
-        done = step + 1
-        if done <= TRACE_STEPS:
-            history["trace"]["step"].append(done)
-            history["trace"]["train_loss"].append([loss.item()])
-        if done % cfg.eval_every == 0 or done == cfg.steps:
-            n = done - history["step"][-1]
-            _record(history, done, torch.tensor([loss_sum / n], dtype=torch.float64), *evaluate())
-            loss_sum = 0.0
-    history["final_params"] = {k: p.detach().cpu().unsqueeze(0).tolist()
-                               for k, p in M.get_params(model).items()}
     return history
 
 

@@ -14,9 +14,11 @@ import torch.nn.functional as F
 
 from lncourse import majority as M
 from lncourse import multiset as MS
+from lncourse import multiset_fused as FUSED
 from lncourse.majority_config import MajorityConfig
 from lncourse.majority_stats import history_arrays
-from lncourse.majority_train import _lr_factor, initial_model, main, train, train_single
+from lncourse.majority_single import train_single
+from lncourse.majority_train import _lr_factor, initial_model, main, train
 
 # A small configuration that exercises every code path in a second or two.
 SMALL = MajorityConfig(n_samples=1500, seq_len=20, n_classes=6, min_margin=2, d_model=4,
@@ -159,7 +161,7 @@ def test_multiset_forward_equals_token_model(paper_data, variant):
         counts = M.class_counts(tokens, 20)
         logits, pairs = MS.multiset_forward(params, counts, (variant, variant))
         loss, acc = MS.multiset_loss_and_accuracy(logits, pairs, labels)
-        fast_loss, fast_acc = MS.multiset_evaluate(params, counts, labels, (variant, variant))
+        fast_loss, fast_acc = FUSED.multiset_evaluate(params, counts, labels, (variant, variant))
         for i, m in enumerate(models):
             token_logits = m(tokens)                                    # (B, T, C)
             # the pair (b, class) of every token
@@ -199,13 +201,13 @@ def test_fused_loss_and_gradients_equal_the_readable_version(paper_data, chunk):
                                                  labels)
     ref_grads = torch.autograd.grad(ref.sum(), list(params.values()))
     weights = torch.linspace(0.5, 2.0, len(models), dtype=torch.float64)  # d(sum w loss)
-    fast = MS.multiset_loss(params, counts, labels, variants, chunk=chunk)
+    fast = FUSED.multiset_loss(params, counts, labels, variants, chunk=chunk)
     grads = torch.autograd.grad((fast * weights).sum(), list(params.values()))
     assert torch.allclose(fast, ref, rtol=1e-12, atol=1e-12)
     for name, g, r in zip(params, grads, ref_grads):
         r = r * weights.view(-1, *([1] * (r.dim() - 1)))
         assert torch.allclose(g, r, rtol=1e-10, atol=1e-12), name
-    loss, acc = MS.multiset_evaluate(params, counts, labels, variants, chunk=chunk)
+    loss, acc = FUSED.multiset_evaluate(params, counts, labels, variants, chunk=chunk)
     assert torch.allclose(loss, ref, atol=1e-12) and torch.allclose(acc, ref_acc, atol=1e-12)
 
 
@@ -213,12 +215,12 @@ def test_fused_engine_rejects_bad_shapes():
     params = M.stack_params([M.MajorityModel("layernorm") for _ in range(4)])
     counts = torch.ones(3, 5, 20, dtype=torch.int64)
     with pytest.raises(ValueError, match="G dividing 4"):
-        MS.multiset_loss(params, counts, torch.zeros(3, 5, dtype=torch.int64), ("layernorm",) * 4)
+        FUSED.multiset_loss(params, counts, torch.zeros(3, 5, dtype=torch.int64), ("layernorm",) * 4)
     with pytest.raises(ValueError, match="labels must have shape"):
-        MS.multiset_loss(params, counts[:2], torch.zeros(2, 4, dtype=torch.int64),
+        FUSED.multiset_loss(params, counts[:2], torch.zeros(2, 4, dtype=torch.int64),
                          ("layernorm",) * 4)
     with pytest.raises(ValueError, match="3 variants for 4 models"):
-        MS.multiset_evaluate(params, counts[:2], torch.zeros(2, 5, dtype=torch.int64),
+        FUSED.multiset_evaluate(params, counts[:2], torch.zeros(2, 5, dtype=torch.int64),
                              ("layernorm",) * 3)
 
 
