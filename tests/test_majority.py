@@ -88,7 +88,7 @@ def test_stratified_split(paper_data):
     n_all = torch.bincount(labels, minlength=20)
     n_test = torch.bincount(labels[test], minlength=20)
     assert ((n_test - 0.2 * n_all).abs() <= 0.5).all()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"test_fraction must be in \(0, 1\), got 1.5"):
         M.stratified_split(labels, 1.5)
 
 
