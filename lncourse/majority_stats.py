@@ -166,6 +166,26 @@ def factorial_effects(values: dict[str, np.ndarray],
             "projection_at_released_scale": paired_interval(ln_s - np_s, level)}
 
 
+def paired_rows(per_seed_values: dict[str, dict[str, np.ndarray]],
+                 comparisons: list[tuple[str, str]], formats: dict[str, str],
+                 level: float = 0.95) -> list[tuple[str, ...]]:
+    """Table rows of paired differences a - b, one row per comparison (a, b): its label,
+    then for each metric of ``formats`` (metric -> format of one number) the mean
+    difference over seeds and its t interval, as "mean [low, high]".
+
+    per_seed_values: metric -> variant -> (n_seeds,), as :func:`per_seed` gives them.
+    """
+    rows = []
+    for a, b in comparisons:
+        cells = []
+        for metric, fmt in formats.items():
+            values = per_seed_values[metric]
+            mean, low, high = paired_interval(values[a] - values[b], level)
+            cells.append(f"{fmt.format(mean)} [{fmt.format(low)}, {fmt.format(high)}]")
+        rows.append((f"`{a}` − `{b}`", *cells))
+    return rows
+
+
 def equivalence_bound(differences: np.ndarray) -> float:
     """The smallest delta for which the mean difference is shown to lie within
     [-delta, delta] by two one-sided t tests at the 5% level (the largest |end| of the

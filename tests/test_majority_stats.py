@@ -102,3 +102,11 @@ def test_reproduction_rows_never_compare_the_end_of_training_with_a_run_still_go
     history["step"] = [0, 1000, 5000, 14_000]
     rows = {r[0]: r[3] for r in S.reproduction_rows(history)}
     assert rows["query angle (degrees), layernorm, step 14,000"] == "20.00 ± 0.00"
+
+
+def test_paired_rows_subtract_b_from_a_per_seed():
+    values = {"m": {"a": np.array([3.0, 5.0, 4.0]), "b": np.array([1.0, 2.0, 3.0])}}
+    rows = S.paired_rows(values, [("a", "b"), ("b", "a")], {"m": "{:+.2f}"})
+    mean, low, high = S.paired_interval(np.array([2.0, 3.0, 1.0]))
+    assert rows[0] == ("`a` − `b`", f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]")
+    assert rows[1][1].startswith(f"{-mean:+.2f} [{-high:+.2f}, ")
