@@ -28,7 +28,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from . import majority as M
+from . import majority
 from . import multiset as MS
 from . import multiset_fused as FUSED
 from .majority_config import PAPER_SEEDS, MajorityConfig
@@ -64,7 +64,7 @@ def _straightforward(models, tokens, labels, batches, device) -> list[float]:
 def _stacked(models, counts, labels, batches, device, fused: bool) -> list[float]:
     """All models at once; batches (G, steps, B) with model m reading batch m % G."""
     variants = tuple(m.variant for m in models)
-    params = {k: t.to(device).requires_grad_() for k, t in M.stack_params(models).items()}
+    params = {k: t.to(device).requires_grad_() for k, t in majority.stack_params(models).items()}
     if fused:
         opt = _Adam(params, torch.full((len(models),), 1e-3, device=device))
     else:
@@ -92,8 +92,8 @@ def measure(method: str, n_seeds: int, variants: tuple[str, ...], batch_size: in
     the same initial weights on the same batches. Returns seconds_per_step and last_loss."""
     device = torch.device(device)
     config = MajorityConfig(seeds=PAPER_SEEDS[:n_seeds], variants=tuple(variants))
-    tokens, labels = M.make_dataset(seed=config.data_seed)
-    counts = M.class_counts(tokens, config.n_classes)
+    tokens, labels = majority.make_dataset(seed=config.data_seed)
+    counts = majority.class_counts(tokens, config.n_classes)
     tokens, labels, counts = tokens.to(device), labels.to(device), counts.to(device)
     gen = torch.Generator().manual_seed(0)
     batches = torch.stack([torch.stack([torch.randperm(len(labels), generator=gen)[:batch_size]
@@ -125,7 +125,8 @@ def measure(method: str, n_seeds: int, variants: tuple[str, ...], batch_size: in
     return {"seconds_per_step": elapsed / steps, "last_loss": last}
 
 
-def compare(n_seeds: int = 10, variants: tuple[str, ...] = M.VARIANTS + M.CONTROL_VARIANTS,
+def compare(n_seeds: int = 10,
+            variants: tuple[str, ...] = majority.VARIANTS + majority.CONTROL_VARIANTS,
             batch_size: int = 6000, steps: int = 3, rounds: int = 2,
             methods: tuple[str, ...] = METHODS, device: torch.device | str = "cpu",
             straightforward_models: int | None = None) -> dict:

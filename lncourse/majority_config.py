@@ -12,7 +12,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from . import majority as M
+from . import majority
 from .rng import check_seed
 
 __all__ = ["PAPER_SEEDS", "MajorityConfig"]
@@ -47,13 +47,13 @@ class MajorityConfig:
     eval_every: int = 100           # steps between evaluations (and checkpoints)
     eval_size: int | None = None    # test sequences used per evaluation; None: all
     seeds: tuple[int, ...] = PAPER_SEEDS
-    variants: tuple[str, ...] = M.VARIANTS
+    variants: tuple[str, ...] = majority.VARIANTS
     data_seed: int = 0              # one dataset for every model
 
     def __post_init__(self):
         for v in self.variants:
-            if v not in M.ALL_VARIANTS:
-                raise ValueError(f"unknown variant {v!r}; choose from {M.ALL_VARIANTS}")
+            if v not in majority.ALL_VARIANTS:
+                raise ValueError(f"unknown variant {v!r}; choose from {majority.ALL_VARIANTS}")
         if not self.seeds or not self.variants or not self.lrs:
             raise ValueError("need at least one seed, one variant and one learning rate")
         for name, items in (("seeds", self.seeds), ("variants", self.variants),
@@ -87,7 +87,7 @@ class MajorityConfig:
         """The paper's setting (appendix E.1 and the released scripts): batch 6,000, lr
         1e-3, its 10 seeds, 14,000 steps; every variant, the control, the other reading
         of "no projection" and the two interventions (80 models)."""
-        return cls(variants=M.ALL_VARIANTS)
+        return cls(variants=majority.ALL_VARIANTS)
 
     @classmethod
     def quick(cls) -> MajorityConfig:

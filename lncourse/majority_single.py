@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from . import majority as M
+from . import majority
 from .majority_config import MajorityConfig
 from .majority_train import (TRACE_STEPS, _BatchOrder, _data, _empty_history, _lr_factor,
                              _record, initial_model)
@@ -59,9 +59,9 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
         correct = sum(int((model(x[i:i + 2000]).argmax(-1) == y[i:i + 2000, None]).sum())
                       for i in range(0, len(y), 2000))
         weight = data["test_counts"].sum(dim=0).to(dtype)
-        q = M.effective_queries(model.embedding.weight, model.layer.self_attn.in_proj_weight,
+        q = majority.effective_queries(model.embedding.weight, model.layer.self_attn.in_proj_weight,
                                 variant, model.layer.norm1.gain)
-        angle = (M.query_angles(q) * weight).sum() / weight.sum()
+        angle = (majority.query_angles(q) * weight).sum() / weight.sum()
         return torch.tensor([correct / x.numel()], dtype=torch.float64), angle.reshape(1)
 
     with torch.no_grad():
@@ -84,5 +84,5 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
             _record(history, done, torch.tensor([loss_sum / n], dtype=torch.float64), *evaluate())
             loss_sum = 0.0
     history["final_params"] = {k: p.detach().cpu().unsqueeze(0).tolist()
-                               for k, p in M.get_params(model).items()}
+                               for k, p in majority.get_params(model).items()}
     return history

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from . import majority as M
+from . import majority
 from . import multiset_fused as FUSED
 from .majority_config import MajorityConfig
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -44,11 +44,11 @@ TRACE_STEPS = 25   # every step's loss is kept for the first steps (what the tes
 # ------------------------------------------------------------------------ pieces
 def _data(config: MajorityConfig, device: torch.device):
     """Counts and labels of the train and test sets, on ``device``."""
-    tokens, labels = M.make_dataset(config.n_samples, config.seq_len, config.n_classes,
+    tokens, labels = majority.make_dataset(config.n_samples, config.seq_len, config.n_classes,
                                     config.min_margin, seed=config.data_seed)
-    train_idx, test_idx = M.stratified_split(labels, 0.2, seed=config.data_seed)
+    train_idx, test_idx = majority.stratified_split(labels, 0.2, seed=config.data_seed)
     test_idx = test_idx[: config.eval_size] if config.eval_size else test_idx
-    counts = M.class_counts(tokens, config.n_classes)
+    counts = majority.class_counts(tokens, config.n_classes)
     return {"train_counts": counts[train_idx].to(device),
             "train_labels": labels[train_idx].to(device),
             "train_tokens": tokens[train_idx].to(device),
@@ -57,13 +57,13 @@ def _data(config: MajorityConfig, device: torch.device):
             "test_tokens": tokens[test_idx].to(device)}
 
 
-def initial_model(variant: str, seed: int, config: MajorityConfig) -> M.MajorityModel:
+def initial_model(variant: str, seed: int, config: MajorityConfig) -> majority.MajorityModel:
     """The model ``seed`` starts from (PyTorch's default init), without touching the
     global random state. Every variant with the same seed starts from the same weights
     (the value-scaled intervention then multiplies its W_V by d)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return M.MajorityModel(variant, config.d_model, config.n_classes)
+        return majority.MajorityModel(variant, config.d_model, config.n_classes)
 
 
 def _lr_factor(step: int, config: MajorityConfig, steps_per_epoch: int) -> float:
@@ -138,7 +138,7 @@ def _evaluate(params: dict[str, Tensor], variants: tuple[str, ...],
     _, acc = FUSED.multiset_evaluate(params, data["test_counts"], data["test_labels"], variants)
     # Angle averaged over the test tokens = over classes weighted by their token counts.
     class_weight = data["test_counts"].sum(dim=0).to(params["W_E"].dtype)   # (C,)
-    angles = torch.stack([M.query_angles(M.effective_queries(
+    angles = torch.stack([majority.query_angles(majority.effective_queries(
         params["W_E"][m], params["W_in"][m], v, params["n1_gain"][m]))
         for m, v in enumerate(variants)])                                   # (M, C)
     return acc, (angles * class_weight).sum(dim=1) / class_weight.sum()
@@ -193,7 +193,7 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     orders = [_BatchOrder(s, n_train, config.batch_size) for s in config.seeds]
     steps_per_epoch = orders[0].steps_per_epoch
 
-    init = M.stack_params([initial_model(v, s, config) for v, s, _ in config.models])
+    init = majority.stack_params([initial_model(v, s, config) for v, s, _ in config.models])
     params = {k: t.to(device=device, dtype=dtype).requires_grad_() for k, t in init.items()}
     lrs = torch.tensor([lr for _, _, lr in config.models], device=device, dtype=dtype)
     opt = _Adam(params, lrs)

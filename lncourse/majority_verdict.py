@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from . import majority_stats as ST
-from . import majority as M
+from . import majority
 from .majority import effective_queries, query_angles
 from .majority_config import MajorityConfig
 from .majority_train import initial_model
@@ -237,20 +237,20 @@ def _uniformity_claim(paper: dict) -> Claim:
     """Distance of attention from uniform and score spread, at the start and the end,
     per variant (means over seeds), on 2,000 test sequences."""
     config = MajorityConfig.from_dict(paper["config"])
-    tokens, labels = M.make_dataset(config.n_samples, config.seq_len, config.n_classes,
+    tokens, labels = majority.make_dataset(config.n_samples, config.seq_len, config.n_classes,
                                     config.min_margin, seed=config.data_seed)
-    _, test_idx = M.stratified_split(labels, 0.2, seed=config.data_seed)
-    counts = M.class_counts(tokens, config.n_classes)[test_idx[:2000]]
+    _, test_idx = majority.stratified_split(labels, 0.2, seed=config.data_seed)
+    counts = majority.class_counts(tokens, config.n_classes)[test_idx[:2000]]
     final = {k: torch.tensor(v) for k, v in paper["final_params"].items()}
     stats = {}
     for v in dict.fromkeys(paper["variant"]):
         rows = []
         for m in [m for m, x in enumerate(paper["variant"]) if x == v]:
-            init = M.stack_params([initial_model(v, paper["seed"][m], config)])
-            rows.append(M.attention_uniformity(init["W_E"][0], init["W_in"][0], v, counts,
-                                               init["n1_gain"][0])
-                        + M.attention_uniformity(final["W_E"][m], final["W_in"][m], v, counts,
-                                                 final["n1_gain"][m]))
+            init = majority.stack_params([initial_model(v, paper["seed"][m], config)])
+            uniformity = majority.attention_uniformity
+            rows.append(uniformity(init["W_E"][0], init["W_in"][0], v, counts, init["n1_gain"][0])
+                        + uniformity(final["W_E"][m], final["W_in"][m], v, counts,
+                                     final["n1_gain"][m]))
         stats[v] = np.mean(rows, axis=0)          # tv start, std start, tv end, std end
     big = [v for v in stats if v in ("layernorm", "no_projection", "none", "no_projection_sigma")]
     small = [v for v in stats if v not in big]
