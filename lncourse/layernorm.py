@@ -19,14 +19,17 @@ only shifts exponents, every other input gives exactly the unscaled formula's re
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 from torch import Tensor, nn
 
+from .modes import scaled
+
 __all__ = [
     "project", "scale", "projection_matrix", "layer_norm", "rms_norm",
-    "FactorizedLayerNorm", "validate_vectors", "scaled_rows",
+    "FactorizedLayerNorm", "validate_vectors", "scaled_rows", "GeometryConfig",
 ]
 
 
@@ -204,3 +207,27 @@ class FactorizedLayerNorm(nn.Module):
     def extra_repr(self) -> str:
         return (f"{self.d}, projection={self.projection}, scaling={self.scaling}, "
                 f"elementwise_affine={self.weight is not None}, eps={self.eps}")
+
+
+@dataclasses.dataclass(frozen=True)
+class GeometryConfig:
+    """Sizes of chapter 1's demonstrations: points in its 3-D pictures and on its plane,
+    and real sentences fed to MiniLM. Fast mode (:meth:`quick`) and full mode
+    (:meth:`paper`) draw the same pictures from fewer points."""
+
+    n_points: int = 2000
+    n_sentences: int = 64
+
+    @classmethod
+    def paper(cls) -> "GeometryConfig":
+        return cls()
+
+    @classmethod
+    def quick(cls) -> "GeometryConfig":
+        return cls(n_points=300, n_sentences=8)
+
+    def scaled(self, scale: float) -> "GeometryConfig":
+        """Points and sentences multiplied by ``scale`` (at least 50 and 2), see
+        :mod:`lncourse.modes`."""
+        return dataclasses.replace(self, n_points=scaled(self.n_points, scale, 50),
+                                   n_sentences=scaled(self.n_sentences, scale, 2))

@@ -8,11 +8,13 @@ mode), :meth:`grid` (the sensitivity grid) and :meth:`three_d` (Figure 1a/1b).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
 
 from . import majority
+from .modes import scaled
 from .rng import check_seed
 
 __all__ = ["PAPER_SEEDS", "MajorityConfig"]
@@ -121,6 +123,13 @@ class MajorityConfig:
                    steps=steps, eval_every=max(1, steps // 50),
                    variants=("layernorm", "no_projection", "no_projection_released"),
                    seeds=PAPER_SEEDS[:5])
+
+    def scaled(self, scale: float) -> MajorityConfig:
+        """Steps and seeds multiplied by ``scale`` (at least one of each), evaluations no
+        further apart than the steps, see :mod:`lncourse.modes`; data and model unchanged."""
+        steps = scaled(self.steps, scale)
+        return dataclasses.replace(self, steps=steps, eval_every=min(self.eval_every, steps),
+                                   seeds=self.seeds[:scaled(len(self.seeds), scale)])
 
     @property
     def models(self) -> list[tuple[str, int, float]]:

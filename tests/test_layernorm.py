@@ -213,3 +213,11 @@ def test_scaling_by_a_power_of_two_changes_no_bit_of_ordinary_results(dtype):
         assert torch.equal(scale(x, eps), math.sqrt(16) * x / torch.sqrt((x * x).sum(-1, keepdim=True) + 16 * eps))
     module = FactorizedLayerNorm(16, elementwise_affine=False).to(dtype)
     assert torch.equal(module(x), centred * torch.rsqrt(var + 1e-5))
+
+
+def test_geometry_config_scales_points_and_sentences_with_floors():
+    from lncourse.layernorm import GeometryConfig
+    assert GeometryConfig.paper().scaled(1.0) == GeometryConfig.paper()
+    assert GeometryConfig.paper().scaled(0.5) == GeometryConfig(1000, 32)
+    assert GeometryConfig.paper().scaled(0.01) == GeometryConfig(50, 2)
+    assert GeometryConfig.quick().n_points < GeometryConfig.paper().n_points

@@ -438,3 +438,16 @@ def test_learning_rate_schedule_is_the_released_linear_decay():
     assert math.isclose(_lr_factor(70_000, cfg, 14), 0.5)
     assert math.isclose(_lr_factor(14_000, cfg, 14), 0.9)   # where the paper stops
     assert _lr_factor(200_000, cfg, 14) == 0.0
+
+
+def test_scaled_config_keeps_data_and_model_and_shrinks_steps_and_seeds():
+    paper = MajorityConfig.paper()
+    small = paper.scaled(0.01)
+    assert (small.steps, small.eval_every, small.seeds) == (140, 100, paper.seeds[:1])
+    assert dataclasses.replace(small, steps=paper.steps, eval_every=paper.eval_every,
+                               seeds=paper.seeds) == paper
+    assert paper.scaled(1.0) == paper
+    tiny = MajorityConfig.three_d().scaled(0.001)
+    assert tiny.steps == 10 and tiny.eval_every == 10
+    with pytest.raises(ValueError, match=r"SCALE must lie in \(0, 1\]"):
+        paper.scaled(0.0)
