@@ -14,8 +14,11 @@ dependencies and the data packages from the package index.
 The reader's own environment: ``pip install -r requirements.txt`` takes the newest
 version of everything (torch stays the local CPU wheel), not CI's lock.
 
-- ``test_requirements_resolve_to_newest`` (default run): the newest allowed set resolves,
-  with the local torch, and holds every package the chapters import.
+- ``test_requirements_resolve_to_newest`` (default run, the reduced form): the newest
+  allowed set resolves, with the local torch, and holds every package the chapters
+  import; an environment of exactly that set (``venvs.overlay``: the project's, with
+  every newer version installed over it) then runs chapter 1's solution edition, whose
+  checks must pass.
 - ``test_reader_environment_runs_the_chapters`` (slow): that set installed in a fresh
   environment, then every chapter's solution edition executed: its checks must pass.
 """
@@ -124,7 +127,7 @@ def test_colab_student_notebook(tmp_path, monkeypatch):
 def test_requirements_resolve_to_newest(tmp_path):
     """Reduced form of the reader's environment: pip resolves requirements.txt to the
     newest allowed versions, with the local CPU torch, and the set holds what the
-    chapters import."""
+    chapters import. An environment holding exactly those versions runs chapter 1."""
     pin = tmp_path / "torch.txt"
     pin.write_text(venvs.TORCH + "\n")
     report = tmp_path / "report.json"
@@ -135,6 +138,32 @@ def test_requirements_resolve_to_newest(tmp_path):
     assert versions["torch"].startswith("2.13.0"), versions["torch"]
     assert IMPORTED <= set(versions), IMPORTED - set(versions)
 
+    python = venvs.overlay(tmp_path / "newest", ROOT / ".venv" / "bin" / "python",
+                           ROOT / "requirements.txt")
+    seen = json.loads(venvs.run([str(python), "-c", (
+        "import importlib.metadata as m, json, sys\n"
+        "print(json.dumps({n: m.version(n) for n in json.loads(sys.argv[1])}))"),
+        json.dumps(sorted(versions))]).stdout)
+    assert seen == versions, {n: (seen[n], v) for n, v in versions.items() if seen[n] != v}
+    failed = _run_solution(python, CHAPTER1, tmp_path)
+    assert not failed, failed
+
+
+def _run_solution(python, source, folder) -> tuple | None:
+    """Execute ``source``'s solution edition in ``python``'s environment; None if it ran
+    without error and every exercise's check passed, else (errors, checks passed)."""
+    solution = build_editions(source, read_book(ROOT))["solution"]
+    path, out = folder / f"{source.stem}.ipynb", folder / f"{source.stem}.out.ipynb"
+    nbformat.write(solution, path)
+    venvs.execute(python, path, out, cwd=ROOT / "book")
+    executed = nbformat.read(out, as_version=4)
+    errors = venvs.errors(executed)
+    passed = sum(" passed: " in o.get("text", "") for c in executed.cells
+                 for o in c.get("outputs", []))
+    n_exercises = sum("exercise" in c.metadata.get("tags", []) for c in executed.cells)
+    return (errors, f"{passed}/{n_exercises} checks passed") \
+        if errors or passed != n_exercises else None
+
 
 @pytest.mark.slow
 def test_reader_environment_runs_the_chapters(tmp_path):
@@ -143,18 +172,6 @@ def test_reader_environment_runs_the_chapters(tmp_path):
     with every check passing, as a reader would run it from a clone."""
     python = venvs.create(tmp_path / "venv", requirements=ROOT / "requirements.txt")
     venvs.pip(python, "--no-deps", str(venvs.build_wheel(tmp_path / "wheel")))
-    failed = {}
-    for source in chapter_sources(ROOT):
-        solution = build_editions(source, read_book(ROOT))["solution"]
-        path = tmp_path / f"{source.stem}.ipynb"
-        nbformat.write(solution, path)
-        out = tmp_path / f"{source.stem}.out.ipynb"
-        venvs.execute(python, path, out, cwd=ROOT / "book")
-        executed = nbformat.read(out, as_version=4)
-        errors = venvs.errors(executed)
-        passed = sum(" passed: " in o.get("text", "") for c in executed.cells
-                     for o in c.get("outputs", []))
-        n_exercises = sum("exercise" in c.metadata.get("tags", []) for c in executed.cells)
-        if errors or passed != n_exercises:
-            failed[source.stem] = (errors, f"{passed}/{n_exercises} checks passed")
+    failed = {source.stem: f for source in chapter_sources(ROOT)
+              if (f := _run_solution(python, source, tmp_path))}
     assert not failed, failed

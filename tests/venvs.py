@@ -3,6 +3,8 @@
 Each environment is a bare ``python -m venv`` (never ``--system-site-packages``): it sees
 nothing of the project's ``.venv``. torch is always the local CPU wheel, pinned
 (``TORCH``); everything else comes unpinned from the package index, as a reader gets it.
+The one exception is :func:`overlay`, the reduced form of the reader's environment: a venv
+layered over the project's, which installs only what the newest versions change.
 """
 
 from __future__ import annotations
@@ -71,6 +73,27 @@ def create(path: Path, packages: list[str] = (), requirements: Path | None = Non
     pip(python, TORCH)        # alone first, so that nothing else can pull a CUDA build
     extra = ["-r", str(requirements), "-c", str(_torch_pin(path))] if requirements else []
     pip(python, *packages, *extra)
+    return python
+
+
+def overlay(path: Path, base: Path, requirements: Path) -> Path:
+    """The newest allowed set of ``requirements`` at the cost of what changed since the lock.
+
+    A bare venv at ``path`` whose site-packages reads the project's (``base``, a python)
+    after its own, as a site directory (so the project's .pth files, the editable lncourse
+    among them, apply). pip then upgrades every requirement to the newest allowed version
+    (torch pinned): what the lock already holds at that version is left where it is, and
+    only newer versions are installed, into the overlay, where they shadow the lock's.
+    """
+    shutil.rmtree(path, ignore_errors=True)
+    run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(path)])
+    python = path / "bin" / "python"
+    site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+    lower = run([str(base), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
+    (Path(site.stdout.strip()) / "_project_venv.pth").write_text(
+        f"import site; site.addsitedir({lower.stdout.strip()!r})\n")
+    pip(python, "--upgrade", "--upgrade-strategy", "eager", "-r", str(requirements),
+        "-c", str(_torch_pin(path)))
     return python
 
 
