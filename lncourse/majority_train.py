@@ -18,11 +18,9 @@ from the command line, a preset written to
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -34,7 +32,7 @@ from . import multiset_fused as FUSED
 from .majority_config import MajorityConfig
 from .checkpoint import load_checkpoint, save_checkpoint
 from .progress import progress
-from .results import RESULTS_DIR, provenance, run_started, write_result
+from .results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 
 __all__ = ["MajorityConfig", "initial_model", "train", "PRESETS", "main"]
 
@@ -285,17 +283,14 @@ def _partial_history(config: MajorityConfig, checkpoint: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> Path:
     """``python -m lncourse.majority_train --preset paper``: train, write the result."""
-    parser = argparse.ArgumentParser(description="Train the majority models of chapter 3 "
-                                     "and store the history with its provenance.")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
+    parser = run_arguments("lncourse.majority_train", "Train the majority models of "
+                           "chapter 3 and store the history with its provenance.", PRESETS)
     parser.add_argument("--out", default=None,
                         help="result file (default results/majority/<preset>.json)")
     parser.add_argument("--steps", type=int, default=None,
                         help="override the preset's step count (recorded in the config)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
     parser.add_argument("--checkpoint", default=None, help="checkpoint file (default "
                         "results/checkpoints/majority_<name>.ckpt); an existing one resumes")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--export-partial", action="store_true",
                         help="do not train: write the history of the checkpoint so far "
                         "(a run that goes on in a later session; its last step tells)")
@@ -306,8 +301,7 @@ def main(argv: list[str] | None = None) -> Path:
     out = Path(args.out) if args.out else RESULTS_DIR / "majority" / f"{args.preset}.json"
     ckpt = Path(args.checkpoint) if args.checkpoint else \
         RESULTS_DIR / "checkpoints" / f"majority_{out.stem}.ckpt"
-    command = "python -m lncourse.majority_train " + " ".join(
-        sys.argv[1:] if argv is None else argv)
+    command = command_line("lncourse.majority_train", argv)
     if args.export_partial:
         history = _partial_history(config, ckpt)
         started = json.loads(Path(str(ckpt) + ".start.json").read_text())
@@ -315,14 +309,9 @@ def main(argv: list[str] | None = None) -> Path:
         started = run_started(ckpt, command)     # the commit and command of the first start
         history = train(config, device=args.device, checkpoint_path=ckpt,
                         show_progress=not args.quiet)
-    history["provenance"] = provenance(args.device, history.pop("seconds"), **started)
-    if args.export_partial:   # this process did not train: the run's thread count is unknown
-        cpu = history["provenance"]["device"].rsplit(", ", 1)[0]
-        history["provenance"]["device"] = f"{cpu} (partial export; threads not recorded)"
-    write_result(out, history)
-    print(f"wrote {out} ({history['provenance']['wall_seconds']:.0f} s on "
-          f"{history['provenance']['device']})")
-    return out
+    # an export did not train: the run's thread count is unknown
+    return store_run(out, history, args.device, history.pop("seconds"), started,
+                     "partial export; threads not recorded" if args.export_partial else None)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,8 @@ K + 1 probes (one per depth k = 0..K), P positions kept per sequence.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +32,7 @@ from torch import Tensor, nn
 from .modes import scaled
 from .nope import check_sizes, random_nope_model
 from .progress import progress as progress_bar
-from .results import RESULTS_DIR, provenance, run_started, write_result
+from .results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from .rng import check_seed
 
 __all__ = ["ProbeConfig", "sequence_inputs", "probe_features", "train_probes",
@@ -302,17 +300,12 @@ def summarize(results: dict) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> Path:
     """``python -m lncourse.nope_probe --preset paper``: run, write the result."""
     import json
-    parser = argparse.ArgumentParser(description="The position probe of chapter 4, stored "
-                                     "with its provenance.")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
+    args = run_arguments("lncourse.nope_probe", "The position probe of chapter 4, stored "
+                         "with its provenance.", PRESETS).parse_args(argv)
     cfg = PRESETS[args.preset]()
     out = RESULTS_DIR / "nope" / f"probe_{args.preset}.json"
     partial = RESULTS_DIR / "checkpoints" / f"nope_probe_{args.preset}.json"
-    command = "python -m lncourse.nope_probe " + " ".join(sys.argv[1:] if argv is None else argv)
-    started = run_started(partial, command)
+    started = run_started(partial, command_line("lncourse.nope_probe", argv))
     config = dataclasses.asdict(cfg)
     done = None
     if partial.exists():   # finished models of an interrupted run, kept as plain JSON
@@ -326,12 +319,8 @@ def main(argv: list[str] | None = None) -> Path:
         partial.write_text(json.dumps({"config": config, "results": results}))
 
     results = run(cfg, args.device, not args.quiet, done, save)
-    wall = sum(r["seconds"] for rs in results.values() for r in rs)
-    payload = {"config": config, "results": results,
-               "provenance": provenance(args.device, wall, **started)}
-    write_result(out, payload)
-    print(f"wrote {out} ({wall:.0f} s of model time on {payload['provenance']['device']})")
-    return out
+    wall = sum(r["seconds"] for rs in results.values() for r in rs)   # model time
+    return store_run(out, {"config": config, "results": results}, args.device, wall, started)
 
 
 if __name__ == "__main__":

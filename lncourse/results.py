@@ -9,6 +9,7 @@ recompute a prefix of every file so that a stored result cannot drift from the c
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 
 __all__ = ["RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
-           "load_result", "describe"]
+           "load_result", "describe", "run_arguments", "command_line", "store_run"]
 
 
 
@@ -133,6 +134,33 @@ def write_result(path: str | os.PathLike, payload: dict) -> Path:
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(payload, indent=None, separators=(",", ":")))
     os.replace(tmp, path)
+    return path
+
+
+def run_arguments(module: str, description: str, presets) -> argparse.ArgumentParser:
+    """The command line every stored run starts from: ``--preset`` (one of ``presets``,
+    default ``paper``), ``--device`` and ``--quiet``. Add a run's own options to it."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("--preset", choices=sorted(presets), default="paper")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def command_line(module: str, argv: list[str] | None = None) -> str:
+    """The command as provenance records it: ``python -m module`` and its arguments."""
+    return f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
+
+
+def store_run(path: str | os.PathLike, payload: dict, device: torch.device | str,
+              wall_seconds: float, started: dict, device_note: str | None = None) -> Path:
+    """Add the provenance of a run (``started``: from :func:`run_started`) to ``payload``,
+    write it to ``path`` and say so. ``device_note`` replaces the thread count."""
+    payload["provenance"] = prov = provenance(device, wall_seconds, **started)
+    if device_note:
+        prov["device"] = f"{prov['device'].rsplit(', ', 1)[0]} ({device_note})"
+    path = write_result(path, payload)
+    print(f"wrote {path} ({prov['wall_seconds']:.0f} s on {prov['device']})")
     return path
 
 

@@ -16,11 +16,9 @@ Shapes: S contexts of T tokens (S, T); per layer vectors (S, T, d); L layers.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import copy
 import dataclasses
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +29,7 @@ from torch import Tensor
 
 from .lm import train_lm
 from .modes import scaled
-from .results import RESULTS_DIR, provenance, run_started, write_result
+from .results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from .rng import check_seed, generator, seeded
 from .selectability_experiments import gaussian_proxy, norm_cv, prefix_fractions
 from .text import BPETokenizer, CharTokenizer, load_shakespeare, sample_batch, split_text
@@ -294,28 +292,20 @@ def run(cfg: KeysLMConfig, device: torch.device | str = "cpu",
 
 def main(argv: list[str] | None = None) -> Path:
     """``python -m lncourse.selectability_lm --preset paper``: run, write the result."""
-    parser = argparse.ArgumentParser(description="Train and measure the Table 1/2 models "
-                                     "of chapter 2; store the result with its provenance.")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="paper")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
+    args = run_arguments("lncourse.selectability_lm", "Train and measure the Table 1/2 "
+                         "models of chapter 2; store the result with its provenance.",
+                         PRESETS).parse_args(argv)
     cfg = PRESETS[args.preset]()
     out = RESULTS_DIR / "selectability" / f"lm_{args.preset}.json"
     prefix = RESULTS_DIR / "checkpoints" / f"selectability_{args.preset}"
-    command = "python -m lncourse.selectability_lm " + " ".join(
-        sys.argv[1:] if argv is None else argv)
-    started = run_started(f"{prefix}_{VARIANTS['full LayerNorm']}.ckpt", command)
+    started = run_started(f"{prefix}_{VARIANTS['full LayerNorm']}.ckpt",
+                          command_line("lncourse.selectability_lm", argv))
     result = run(cfg, args.device, prefix, progress=not args.quiet)
     # this session's wall time, with the training of earlier (interrupted) sessions added
     models = result["models"].values()
     wall = result.pop("seconds") + sum(m["train_seconds"] - m.pop("train_session_seconds")
                                        for m in models)
-    result["provenance"] = provenance(args.device, wall, **started)
-    write_result(out, result)
-    print(f"wrote {out} ({result['provenance']['wall_seconds']:.0f} s on "
-          f"{result['provenance']['device']})")
-    return out
+    return store_run(out, result, args.device, wall, started)
 
 
 if __name__ == "__main__":

@@ -60,3 +60,23 @@ def test_a_run_may_resume_on_other_hardware_but_not_as_another_run(tmp_path):
         R.run_started(ckpt, "python -m x --preset grid_b500 --device cpu --quiet")
     with pytest.raises(ValueError, match="was started by"):
         R.run_started(ckpt, "python -m x --preset paper --steps 10 --device cpu")
+
+
+def test_run_command_line_and_store(tmp_path, capsys, monkeypatch):
+    from lncourse.results import command_line, run_arguments, store_run
+    parser = run_arguments("lncourse.example", "an example", {"paper": None, "quick": None})
+    args = parser.parse_args(["--preset", "quick", "--quiet"])
+    assert (args.preset, args.device, args.quiet) == ("quick", "cpu", True)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--preset", "huge"])
+    assert command_line("lncourse.example", ["--preset", "quick"]) == \
+        "python -m lncourse.example --preset quick"
+    started = {"command": "python -m lncourse.example --preset quick", "git_commit": "abc"}
+    path = store_run(tmp_path / "r.json", {"config": {}}, "cpu", 12.34, started,
+                     device_note="partial export; threads not recorded")
+    stored = json.loads(path.read_text())["provenance"]
+    assert stored["command"] == started["command"] and stored["git_commit"] == "abc"
+    assert stored["wall_seconds"] == 12.3
+    assert stored["device"].endswith("(partial export; threads not recorded)")
+    assert stored["device"].count("threads") == 1     # the note, not the thread count
+    assert f"wrote {path} (12 s on " in capsys.readouterr().out
