@@ -11,7 +11,8 @@
 #   lane B: every student notebook with FULL = True, SCALE = 0.01 (the stubs raise, full
 #           mode's code paths run), the unit tests, then nbval of chapters 1 and 4.
 # Measured on a fresh clone (2 cores) before nbval was split: set-up 61 s; lane A 246 s of
-# build + 204 s of nbval, lane B 179 + 175 s; 544 s in all.
+# build + 204 s of nbval, lane B 179 + 175 s; 544 s in all. Split: 477 to 496 s in all
+# (four runs), the lanes ending within 5 s of each other.
 # Finally the solution editions are checked against what the site executed, and every
 # page is opened in Chromium.
 set -euo pipefail
