@@ -52,6 +52,15 @@ def load_shakespeare() -> str:
     return "\n".join(_markdown_to_text(f.read_text(encoding="utf-8")) for f in files)
 
 
+def _checked_ids(ids: Tensor | list[int], vocab_size: int) -> list[int]:
+    """``ids`` as ints; an id outside [0, vocab_size) raises ``ValueError``."""
+    ids = [int(i) for i in ids]
+    bad = [i for i in ids if not 0 <= i < vocab_size]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
+    return ids
+
+
 @dataclass(frozen=True)
 class CharTokenizer:
     """A character-level tokenizer: one id per distinct character of the training text."""
@@ -79,11 +88,7 @@ class CharTokenizer:
 
     def decode(self, ids: Tensor | list[int]) -> str:
         """ids (n,) -> str. Ids outside [0, vocab_size) raise ``ValueError``."""
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, "
-                             f"{self.vocab_size})")
+        ids = _checked_ids(ids, self.vocab_size)
         return "".join(self.chars[i] for i in ids)
 
 
@@ -137,11 +142,7 @@ class BPETokenizer:
 
     def decode(self, ids: Tensor | list[int]) -> str:
         """ids (n,) -> str. Ids outside [0, vocab_size) raise ``ValueError``."""
-        ids = [int(i) for i in ids]
-        bad = [i for i in ids if not 0 <= i < self.vocab_size]
-        if bad:
-            raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, "
-                             f"{self.vocab_size})")
+        ids = _checked_ids(ids, self.vocab_size)
         return self._tokenizer.decode(ids)
 
 

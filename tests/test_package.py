@@ -18,6 +18,9 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+NAMES = {module_name(p) for p in MODULES}
+
+
 def imports(path: Path) -> set[str]:
     """The lncourse modules ``path`` imports, anywhere in it (in functions too)."""
     name = module_name(path)
@@ -38,8 +41,6 @@ def imports(path: Path) -> set[str]:
                 found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in NAMES else base)
     return {m for m in found if m in NAMES and m != name}
 
-
-NAMES = {module_name(p) for p in MODULES}
 
 
 def cycle(graph: dict[str, set[str]]) -> list[str] | None:
