@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import csv
 import io
-import multiprocessing
 import multiprocessing.connection
 import os
 import signal
@@ -64,51 +63,57 @@ class Graded:
 
 @dataclass(frozen=True)
 class _Job:
-    program: Program
-    exercise: Exercise
+    """The exercises of one submission, graded by one checker process."""
+    programs: tuple[tuple[Program, Exercise], ...]
     hidden: bool
     timeout: float
     memory_mb: int
+    hide: tuple[str, ...]          # the class's folders, hidden from the learner
 
 
-# ----------------------------------------------------------- one exercise, in a process
-def _grade_exercise(job: _Job) -> Outcome:
+MAX_RESULT = 2**20      # bytes: the largest result a checker may send the main grader
+
+
+# ----------------------------------------------------------- one exercise, in a checker
+def _grade_exercise(program: Program, exercise: Exercise, job: _Job, learner) -> Outcome:
     from . import checks
     from .checks import _core
     from .sandbox import Sandbox
 
     _core.SECONDS = job.timeout          # the checks' own limit is the grader's
-    function = job.exercise.function
-    sandbox = Sandbox(job.program.cells, function, job.timeout, job.memory_mb)
+    function = exercise.function
     notes: list[str] = []
-    outcome = None
+    outcome, kept, total = None, "", 0
+    sandbox = None
     try:
+        sandbox = Sandbox(program.cells, function, job.timeout, job.memory_mb, learner)
         info = sandbox.start()
         notes += [f"running the code `{function}` needs raised {p}" for p in sandbox.problems]
-        if info["kind"] == "missing":
-            outcome = Outcome(False, f"`{function}` is not defined once the cells it needs "
-                                     "have run")
-        elif info["kind"] == "not callable":
-            outcome = Outcome(False, f"`{function}` is a {info['type']}, not a function")
-        elif info["kind"] == "builtin":
-            outcome = Outcome(False, f"`{function}` is the built-in {info['name']}; write your "
-                                     f"own function, def {function}(...)")
-        else:
+        if info.get("kind") == "function":
             printed = io.StringIO()
             with contextlib.redirect_stdout(printed):
-                getattr(checks, job.exercise.check)(sandbox.function(info), hidden=job.hidden)
-            outcome = Outcome(True, printed.getvalue().strip())
+                getattr(checks, exercise.check)(sandbox.function(info), hidden=job.hidden)
+            outcome = Outcome(True, printed.getvalue().strip()[:1000])
+        elif info.get("kind") == "not callable":
+            outcome = Outcome(False, f"`{function}` is a {info.get('type')}, not a function")
+        elif info.get("kind") == "builtin":
+            outcome = Outcome(False, f"`{function}` is the built-in {info.get('name')}; write "
+                                     f"your own function, def {function}(...)")
+        else:
+            outcome = Outcome(False, f"`{function}` is not defined once the cells it needs "
+                                     "have run")
     except NotImplementedError:
         outcome = Outcome(False, "not done: the function still raises NotImplementedError "
                                  "(the stub)")
     except AssertionError as err:
-        outcome = Outcome(False, str(err))
+        outcome = Outcome(False, str(err)[:4000])
     except Exception as err:  # a fault of the grader's, not of the learner's
         outcome = Outcome(False, f"the grader could not check this exercise "
-                                 f"({type(err).__name__}: {err})")
+                                 f"({type(err).__name__}: {str(err)[:500]})")
     finally:
-        kept, total = sandbox.printed() if not sandbox.timed_out else ("", 0)
-        sandbox.close()
+        if sandbox is not None:
+            kept, total = sandbox.printed()
+            sandbox.close()
     if total > len(kept):
         notes.append(f"your code printed {total:,} characters while it was checked; only the "
                      f"first {len(kept):,} were kept")
@@ -118,61 +123,95 @@ def _grade_exercise(job: _Job) -> Outcome:
     return outcome
 
 
-def _checker(job: _Job, conn) -> None:
-    """The process that grades one exercise (its own process group, with the learner's)."""
+def _checker(job: _Job, fd: int) -> None:
+    """The process that grades one submission: one JSON frame per exercise to ``fd``."""
+    import ctypes
+
     import torch
 
+    from .sandbox import Learner
+    from .sandbox_contain import kill_descendants
+    from .sandbox_wire import pack, write_frame
+
     os.setpgid(0, 0)
+    libc = ctypes.CDLL(None)
+    libc.prctl(36, 1, 0, 0, 0)     # PR_SET_CHILD_SUBREAPER: orphans of the learner come here
+    libc.prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE 0: no ptrace, no /proc/<pid>/mem or fd
     torch.set_num_threads(1)       # processes run side by side: one core each
-    conn.send(_grade_exercise(job))
-    conn.close()
+    learner = Learner([Path(h) for h in job.hide])
+    try:
+        for k, (program, exercise) in enumerate(job.programs):
+            o = _grade_exercise(program, exercise, job, learner)
+            write_frame(fd, pack({"k": k, "passed": bool(o.passed), "message": o.message,
+                                  "notes": [str(n) for n in o.notes]}))
+    finally:
+        learner.kill()
+        kill_descendants(os.getpid())
 
 
-def _run(jobs: list[_Job], workers: int) -> list[Outcome]:
-    """Grade every job in a fresh process, ``workers`` at a time."""
-    context = multiprocessing.get_context("forkserver")
-    # the processes start from a server that has imported torch and the checks once
-    context.set_forkserver_preload(["lncourse.checks", "lncourse.sandbox"])
-    results: dict[int, Outcome] = {}
+def _outcome(header: dict) -> Outcome:
+    notes = header.get("notes")
+    if not (isinstance(header.get("passed"), bool) and isinstance(header.get("message"), str)
+            and isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
+        return Outcome(False, "the grader's process for this exercise sent a malformed result")
+    return Outcome(header["passed"], header["message"], notes)
+
+
+def _run(jobs: list[_Job], workers: int) -> list[list[Outcome]]:
+    """Grade every job (a submission's exercises) in a checker of its own, ``workers`` at a
+    time. A checker is a fork of this process (which holds nothing a learner could reach);
+    its results arrive as JSON frames of at most ``MAX_RESULT`` bytes."""
+    import multiprocessing
+
+    from .sandbox_contain import kill_descendants
+    from .sandbox_wire import WireError, read_frame
+
+    from . import checks  # noqa: F401  (imported once here: each checker is a fork)
+
+    context = multiprocessing.get_context("fork")
+    results: dict[int, dict[int, Outcome]] = {i: {} for i in range(len(jobs))}
     pending = list(enumerate(jobs))
     running: dict[int, tuple] = {}
-    finished: list = []
     while pending or running:
         while pending and len(running) < workers:
             i, job = pending.pop(0)
-            receive, send = context.Pipe(duplex=False)
+            receive, send = os.pipe()
             process = context.Process(target=_checker, args=(job, send))
             process.start()
-            send.close()
-            running[i] = (process, receive, time.monotonic() + job.timeout + MARGIN)
-        multiprocessing.connection.wait(
-            [r for _, r, _ in running.values()] + [p.sentinel for p, _, _ in running.values()],
-            timeout=1.0)
-        for i, (process, receive, deadline) in list(running.items()):
-            outcome = None
-            if receive.poll():
+            os.close(send)
+            running[i] = [process, receive, time.monotonic() + job.timeout + MARGIN]
+        ready = multiprocessing.connection.wait(
+            [r for _, r, _ in running.values()], timeout=1.0)
+        for i, entry in list(running.items()):
+            process, receive, deadline = entry
+            job, done = jobs[i], results[i]
+            failure = None
+            if receive in ready:
                 try:
-                    outcome = receive.recv()
+                    header, _ = read_frame(receive, MAX_RESULT)
+                    k = header.get("k")
+                    if type(k) is int and 0 <= k < len(job.programs) and k not in done:
+                        done[k] = _outcome(header)
+                        entry[2] = time.monotonic() + job.timeout + MARGIN
                 except EOFError:
-                    outcome = Outcome(False, "the grader's process for this exercise stopped "
-                                             f"(exit code {process.exitcode})")
-            elif not process.is_alive():
-                outcome = Outcome(False, "the grader's process for this exercise stopped "
-                                         f"(exit code {process.exitcode})")
+                    failure = ("the grader's process for this exercise stopped "
+                               f"(exit code {process.exitcode})")
+                except WireError as err:
+                    failure = f"the grader's process for this exercise sent a bad result ({err})"
             elif time.monotonic() > deadline:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                outcome = Outcome(False, f"grading this exercise took more than "
-                                         f"{jobs[i].timeout + MARGIN:.0f} s and was stopped")
-            if outcome is not None:
-                receive.close()
-                results[i] = outcome
-                finished.append(process)       # reaped below, without waiting for it here
-                del running[i]
-        finished = [p for p in finished if p.is_alive()]
-    for process in finished:
-        process.join(5)
-    return [results[i] for i in range(len(jobs))]
+                failure = (f"grading this exercise took more than {job.timeout + MARGIN:.0f} s "
+                           "and was stopped")
+            if failure is None and len(done) < len(job.programs):
+                continue
+            for k in range(len(job.programs)):
+                done.setdefault(k, Outcome(False, failure or "not graded"))
+            kill_descendants(process.pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.join(5)
+            os.close(receive)
+            del running[i]
+    return [[results[i][k] for k in range(len(job.programs))] for i, job in enumerate(jobs)]
 
 
 # ----------------------------------------------------------------------- the class
@@ -185,6 +224,7 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
     if ch is None:
         raise SystemExit("none of the submissions names a chapter; pass --chapter N")
     graded, jobs, where = [], [], []
+    hide = tuple(sorted({str(Path(p).resolve().parent) for p in paths}))
     for path, sub in zip(paths, submissions):
         g = Graded(str(path), {}, list(sub.notes))
         graded.append(g)
@@ -195,15 +235,19 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
             for e in ch.exercises:
                 g.outcomes[e.label] = Outcome(False, "not graded (see the notes)")
             continue
+        programs = []
         for e in ch.exercises:
             program, problem = program_for(sub, e)
             if program is None:
                 g.outcomes[e.label] = Outcome(False, problem)
             else:
-                jobs.append(_Job(program, e, hidden, timeout, memory_mb))
-                where.append((g, e.label))
-    for (g, label), outcome in zip(where, _run(jobs, workers or min(os.cpu_count() or 1, 4))):
-        g.outcomes[label] = outcome
+                programs.append((program, e))
+        if programs:
+            jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide))
+            where.append(g)
+    for g, job, outcomes in zip(where, jobs, _run(jobs, workers or min(os.cpu_count() or 1, 4))):
+        for (_, e), outcome in zip(job.programs, outcomes):
+            g.outcomes[e.label] = outcome
     for g in graded:   # keep the chapter's order
         g.outcomes = {e.label: g.outcomes[e.label] for e in ch.exercises}
     return ch, graded

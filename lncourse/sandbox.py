@@ -1,282 +1,186 @@
 """Running a learner's code in a process of its own, for the autograder.
 
-``Sandbox`` forks a process that executes the statements a learner's function needs
-(see ``lncourse.submission``), under a memory cap, with its printing kept small, and then
-answers calls. ``Sandbox.function`` returns a stand-in for the learner's function that
-the checks call like any function (``lncourse.checks._guard.call_learner`` knows it):
-the arguments go to the learner's process, the answer comes back.
+``Learner`` starts one learner's process for a submission (``lncourse.sandbox_learner``:
+a fresh interpreter, contained by ``lncourse.sandbox_contain``), and ``Sandbox`` runs
+one exercise in it: the statements the learner's function needs, under a time limit and
+a memory cap, then the calls of the check. ``Sandbox.function`` returns a stand-in for
+the learner's function that the checks call like any function
+(``lncourse.sandbox_guard.call_learner`` knows it): the arguments go to the learner's
+process, the answer comes back.
 
-Nothing the learner's code does reaches the process that runs the check: answers cross
-as plain data (tensors as bytes, numbers, tuples...), never as pickled objects, so an
-answer cannot run code where it is judged, and monkeypatching a check in the learner's
-process changes nothing.
+Nothing the learner's code does reaches the process that runs the check: the learner's
+process is not a fork of it and holds only its own two pipes; messages are plain data
+in bounded frames (``lncourse.sandbox_wire``: JSON and array bytes, never pickles),
+whose size the checker limits as it reads them.
 """
 
 from __future__ import annotations
 
 import inspect
-import io
-import multiprocessing
 import os
-import pickle
-import resource
-import sys
+import select
+import shutil
+import signal
+import subprocess
 import tempfile
 import time
-import traceback
-from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
+from .sandbox_contain import bwrap, fallback_preexec, readable, kill_descendants, learner_command
+from .sandbox_guard import timeout_message
+from .sandbox_wire import MAX_FRAME, WireError, decode, read_frame, send
 
-from .checks._guard import call_learner, timeout_message
-
-MAX_ANSWER_BYTES = 256 * 2**20     # an answer larger than this is refused
+MAX_ANSWER_BYTES = MAX_FRAME       # an answer larger than this is refused
 MAX_PRINTED = 2000                 # characters of printed output kept
 
 
-# ------------------------------------------------------------------ plain-data messages
-def encode(value: Any, budget: list[int] | None = None) -> dict:
-    """``value`` as plain data (dicts, lists, str, bytes, numbers)."""
-    budget = budget if budget is not None else [MAX_ANSWER_BYTES]
+class Learner:
+    """One submission's learner process (started on first use, restarted after a kill)."""
 
-    def spend(n: int) -> None:
-        budget[0] -= n
-        if budget[0] < 0:
-            raise ValueError(f"the answer is larger than {MAX_ANSWER_BYTES // 2**20} MB")
+    def __init__(self, hide: list[Path] = ()):
+        self.hide = list(hide)
+        self.process: subprocess.Popen | None = None
+        self.tmp: str | None = None
+        self.fallback = False
 
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return {"k": type(value).__name__ if value is not None else "none", "v": value}
-    if isinstance(value, torch.Tensor):
-        t = value.detach()
-        meta = t.device.type == "meta"
-        if not meta:
-            t = t.cpu().contiguous()
-        stored = t.float() if t.dtype == torch.bfloat16 and not meta else t
-        data = None if meta else stored.numpy().tobytes()
-        spend(len(data or b""))
-        return {"k": "tensor", "dtype": str(t.dtype).replace("torch.", ""),
-                "shape": list(t.shape), "meta": meta, "data": data}
-    if isinstance(value, np.ndarray) and value.dtype != object:
-        spend(value.nbytes)
-        return {"k": "array", "dtype": value.dtype.str, "shape": list(value.shape),
-                "data": np.ascontiguousarray(value).tobytes()}
-    if isinstance(value, np.generic) and not isinstance(value, np.object_):
-        return {"k": "npscalar", "dtype": value.dtype.str, "data": value.tobytes()}
-    if isinstance(value, (tuple, list)):
-        return {"k": type(value).__name__, "v": [encode(v, budget) for v in value]}
-    if isinstance(value, dict):
-        return {"k": "dict", "v": [[encode(k, budget), encode(v, budget)] for k, v in value.items()]}
-    return {"k": "other", "type": type(value).__name__}
+    def ensure(self) -> subprocess.Popen:
+        if self.process is None or self.process.poll() is not None:
+            self.kill()
+            argv, env = learner_command(self.hide)
+            fallback = bwrap() is None
+            preexec = None
+            if fallback:
+                self.tmp = tempfile.mkdtemp(prefix="lncourse-grade-")
+                env.update(HOME=self.tmp, TMPDIR=self.tmp)
+                preexec = fallback_preexec(readable(), [self.tmp, os.devnull])
+            self.process = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=env, close_fds=True, cwd=self.tmp or "/", preexec_fn=preexec, bufsize=0)
+            self.fallback = fallback
+        return self.process
 
+    def kill(self) -> None:
+        p, self.process = self.process, None
+        if p is not None:
+            if p.poll() is None:
+                if self.fallback:
+                    kill_descendants(p.pid)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL) if self.fallback else p.kill()
+                except (ProcessLookupError, PermissionError):
+                    p.kill()
+            p.wait()
+            for stream in (p.stdin, p.stdout):
+                stream.close()
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
 
-def decode(data: dict) -> Any:
-    """The value ``encode`` described (other objects become empty stand-ins of their type)."""
-    kind = data["k"]
-    if kind in ("none", "bool", "int", "float", "str"):
-        return data["v"]
-    if kind == "tensor":
-        dtype = getattr(torch, data["dtype"])
-        if data["meta"]:
-            return torch.empty(data["shape"], dtype=dtype, device="meta")
-        stored = torch.float32 if dtype == torch.bfloat16 else dtype
-        array = np.frombuffer(data["data"], dtype=torch.empty(0, dtype=stored).numpy().dtype)
-        return torch.from_numpy(array.copy()).reshape(data["shape"]).to(dtype)
-    if kind == "array":
-        return np.frombuffer(data["data"], dtype=np.dtype(data["dtype"])).reshape(data["shape"]).copy()
-    if kind == "npscalar":
-        return np.frombuffer(data["data"], dtype=np.dtype(data["dtype"]))[0]
-    if kind in ("tuple", "list"):
-        items = [decode(v) for v in data["v"]]
-        return tuple(items) if kind == "tuple" else items
-    if kind == "dict":
-        return {decode(k): decode(v) for k, v in data["v"]}
-    return type(str(data["type"]), (), {})()
+    close = kill
 
 
-class _PlainData(pickle.Unpickler):
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"refused {module}.{name}: messages are plain data")
-
-
-def _send(conn, message: dict) -> None:
-    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def _receive(conn) -> dict:
-    return _PlainData(io.BytesIO(conn.recv_bytes())).load()
-
-
-# ------------------------------------------------------------------ the learner's process
-class _Printed(io.TextIOBase):
-    """Keeps the first MAX_PRINTED characters written, counts the rest."""
-
-    def __init__(self):
-        self.kept, self.total = [], 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        room = MAX_PRINTED - sum(map(len, self.kept))
-        if room > 0:
-            self.kept.append(text[:room])
-        self.total += len(text)
-        return len(text)
-
-
-def _limit_memory(megabytes: int) -> None:
-    with open("/proc/self/status") as status:
-        used_kb = next(int(line.split()[1]) for line in status if line.startswith("VmSize"))
-    cap = used_kb * 1024 + megabytes * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-
-
-def _describe_function(fn: Any) -> dict:
-    if fn is None:
-        return {"kind": "missing"}
-    if not callable(fn):
-        return {"kind": "not callable", "type": type(fn).__name__}
-    try:
-        params = [[p.name, int(p.kind), p.default is not inspect.Parameter.empty]
-                  for p in inspect.signature(fn).parameters.values()]
-    except (TypeError, ValueError):
-        return {"kind": "builtin", "name": getattr(fn, "__name__", repr(fn))}
-    return {"kind": "function", "name": getattr(fn, "__name__", "?"), "params": params}
-
-
-def _serve(conn, other_end, cells: Sequence[tuple[str, str, Sequence[int]]], function: str,
-           memory_mb: int) -> None:
-    """The learner's process: run the needed statements, then answer calls."""
-    import ast
-    import linecache
-
-    other_end.close()              # so that the checker's exit reads as the end of input
-    os.environ["LNCOURSE_PROGRESS"] = "0"      # no one watches: no progress bars,
-    os.environ["LNCOURSE_NO_WIDGETS"] = "1"    # and no widgets (plotting.interactive)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)            # C-level printing goes nowhere
-    printed = _Printed()
-    sys.stdout = sys.stderr = printed
-    os.chdir(tempfile.mkdtemp(prefix="lncourse-grade-"))
-    torch.set_num_threads(1)
-    namespace: dict[str, Any] = {"__name__": "__main__"}
-    problems = []
-    try:
-        _limit_memory(memory_mb)
-    except (OSError, ValueError, StopIteration):
-        pass  # no /proc or no limit settable: run without a cap
-    for filename, source, wanted in cells:
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        body = ast.parse(source, filename).body
-        for index in wanted:
-            try:
-                exec(compile(ast.Module([body[index]], []), filename, "exec"), namespace)
-            except BaseException as err:  # noqa: BLE001 (the learner's code)
-                where = traceback.extract_tb(err.__traceback__)[-1]
-                problems.append(f"{type(err).__name__}: {err} ({where.filename}, line {where.lineno})")
-    _send(conn, {"ready": True, "problems": problems,
-                 "function": _describe_function(namespace.get(function))})
-    fn = namespace.get(function)
-    while True:
-        try:
-            request = _receive(conn)
-        except EOFError:
-            return
-        if request["op"] == "printed":
-            _send(conn, {"kept": "".join(printed.kept), "total": printed.total})
-            continue
-        try:
-            out, args, kwargs = call_learner(
-                fn, decode(request["args"]), decode(request["kwargs"]), name=request["name"],
-                where=request["where"], forbidden=decode(request["forbidden"]))
-            reply = {"ok": True, "out": encode(out), "args": encode(args),
-                     "kwargs": encode(kwargs)}
-        except NotImplementedError as err:
-            reply = {"ok": False, "type": "NotImplementedError", "message": str(err)}
-        except AssertionError as err:
-            message = str(err)
-            if "can't allocate memory" in message or "out of memory" in message:
-                message = (f"{request['name']}: your function ran out of memory (the grader "
-                           f"allows {memory_mb} MB) on input ({request['where']})")
-            reply = {"ok": False, "type": "AssertionError", "message": message}
-        except ValueError as err:  # an answer too large to send
-            reply = {"ok": False, "type": "AssertionError",
-                     "message": f"{request['name']}: {err} (on input ({request['where']}))"}
-        _send(conn, reply)
-
-
-# ------------------------------------------------------------------ the checker's side
 class Sandbox:
-    """A process running the statements ``cells`` select, with ``function`` to call.
+    """One exercise in ``learner``: the statements ``cells`` select, then ``function``.
 
     ``cells``: (file name, source, indices of the top-level statements to run), in order.
     Everything, from running those statements to the last call, must finish within
     ``seconds``; the process may use ``memory_mb`` megabytes beyond what it starts with.
     """
 
-    def __init__(self, cells, function: str, seconds: float, memory_mb: int = 2048):
+    def __init__(self, cells, function: str, seconds: float, memory_mb: int = 2048,
+                 learner: Learner | None = None):
         self.function_name, self.limit, self.memory_mb = function, seconds, memory_mb
+        self.learner = learner or Learner()
+        self._own = learner is None
         self.deadline = time.monotonic() + seconds
-        context = multiprocessing.get_context("fork")
-        self._conn, child = context.Pipe()
-        self._process = context.Process(
-            target=_serve, args=(child, self._conn, cells, function, memory_mb), daemon=True)
-        self._process.start()
-        child.close()
+        process = self.learner.ensure()
+        self._in, self._out = process.stdin.fileno(), process.stdout.fileno()
         self.problems: list[str] = []
-        self.timed_out = False
+        self.timed_out = self.ended = False
+        send(self._in, {"op": "run", "cells": [[f, s, list(ix)] for f, s, ix in cells],
+                        "function": function, "memory_mb": memory_mb, "seconds": seconds,
+                        "printed": MAX_PRINTED, "tmp": self.learner.tmp})
 
-    def _wait(self, name: str, where: str) -> dict:
-        if not self._conn.poll(max(self.deadline - time.monotonic(), 0.0)):
+    def _stopped(self, name: str, where: str | None, how: str) -> AssertionError:
+        self.ended = True
+        return AssertionError(f"{name}: the process running your code stopped ({how}) "
+                              + (f"on input ({where})" if where else "while running the "
+                                 "cells your function needs"))
+
+    def _wait(self, name: str, where: str | None, want: str) -> tuple[dict, list]:
+        left = max(self.deadline - time.monotonic(), 0.0)
+        ready, _, _ = select.select([self._out], [], [], left)
+        if not ready:
             self.timed_out = True
-            self.close()
+            self.learner.kill()
             if where is None:
                 raise AssertionError(f"{name}: running the cells your function needs did not "
                                      f"finish within the time limit of {self.limit:.2g} s")
             raise AssertionError(timeout_message(name, self.limit, where))
         try:
-            return _receive(self._conn)
+            header, blobs = read_frame(self._out, MAX_ANSWER_BYTES)
         except EOFError:
-            code = self._process.exitcode
-            self._process.join(1)
-            code = self._process.exitcode if code is None else code
-            how = (f"killed by signal {-code}" + (" (perhaps out of memory)" if code == -9 else "")
-                   if code is not None and code < 0 else f"exit code {code}")
-            raise AssertionError(f"{name}: the process running your code stopped ({how}) "
-                                 + (f"on input ({where})" if where else "while running the "
-                                    "cells your function needs")) from None
+            self.learner.kill()
+            raise self._stopped(name, where, "it exited") from None
+        except WireError as err:
+            self.learner.kill()
+            raise AssertionError(f"{name}: your function's answer was refused ({err})"
+                                 + (f" on input ({where})" if where else "")) from None
+        if header.get("op") == "exited":
+            code = header.get("status")
+            how = (f"killed by signal {-code}" + (" (perhaps out of memory)" if code == -9
+                                                  else " (CPU time limit)" if code == -24 else "")
+                   if isinstance(code, int) and code < 0 else f"exit code {code}")
+            raise self._stopped(name, where, how)
+        if header.get("op") != want:
+            self.learner.kill()
+            raise AssertionError(f"{name}: the process running your code sent a message out "
+                                 "of turn" + (f" on input ({where})" if where else ""))
+        return header, blobs
 
     def start(self) -> dict:
         """Wait for the needed statements to run; returns what ``function`` is."""
-        reply = self._wait(self.function_name, None)
-        self.problems = reply["problems"]
-        return reply["function"]
+        header, _ = self._wait(self.function_name, None, "ready")
+        problems, info = header.get("problems"), header.get("function")
+        self.problems = [str(p)[:500] for p in problems] if isinstance(problems, list) else []
+        return info if isinstance(info, dict) else {"kind": "missing"}
 
     def function(self, info: dict) -> "RemoteFunction":
         return RemoteFunction(self, info)
 
     def printed(self) -> tuple[str, int]:
         """What the learner's code printed: (the first MAX_PRINTED characters, total)."""
-        if not self._process.is_alive():
+        if self.ended or self.timed_out or self.learner.process is None:
             return "", 0
         try:
-            _send(self._conn, {"op": "printed"})
-            if not self._conn.poll(5):
-                return "", 0
-            reply = _receive(self._conn)
-            return reply["kept"], reply["total"]
-        except (EOFError, OSError):
-            return "", 0
+            send(self._in, {"op": "printed"})
+            self.deadline = max(self.deadline, time.monotonic() + 5)
+            header, _ = self._wait(self.function_name, "", "printed")
+            kept, total = header.get("kept"), header.get("total")
+            if isinstance(kept, str) and type(total) is int:
+                return kept[:MAX_PRINTED], total
+        except (AssertionError, OSError):
+            pass
+        return "", 0
 
     def close(self) -> None:
-        if self._process.is_alive():
-            self._process.kill()
-        self._process.join(5)
-        if not self._conn.closed:
-            self._conn.close()
+        """End the exercise: the learner's child and everything it started are killed."""
+        if self.learner.process is None or self.timed_out:
+            return
+        if not self.ended:
+            try:
+                send(self._in, {"op": "end"})
+                self.deadline = time.monotonic() + 10
+                while True:     # until the learner's process reports the exercise over
+                    try:
+                        self._wait(self.function_name, None, "exited")
+                    except AssertionError:
+                        break
+            except OSError:
+                self.learner.kill()
+        if self._own:
+            self.learner.kill()
 
 
 class RemoteFunction:
@@ -284,11 +188,14 @@ class RemoteFunction:
 
     def __init__(self, sandbox: Sandbox, info: dict):
         self._sandbox = sandbox
-        self.__name__ = info["name"]
-        self.__signature__ = inspect.Signature([
-            inspect.Parameter(name, inspect._ParameterKind(kind),
-                              default=None if has_default else inspect.Parameter.empty)
-            for name, kind, has_default in info["params"]])
+        self.__name__ = str(info.get("name", "?"))
+        try:
+            self.__signature__ = inspect.Signature([
+                inspect.Parameter(str(name), inspect._ParameterKind(int(kind)),
+                                  default=None if has_default else inspect.Parameter.empty)
+                for name, kind, has_default in info["params"]])
+        except (TypeError, ValueError, KeyError):
+            self.__signature__ = inspect.Signature([])
 
     def __call__(self, *args, **kwargs):
         return self.lncourse_call(args, kwargs, name=self.__name__, where="a direct call")[0]
@@ -298,11 +205,20 @@ class RemoteFunction:
                       limit: float | None = None) -> tuple[Any, tuple, dict]:
         """``call_learner`` for a function in the sandbox; the sandbox's deadline applies."""
         sandbox = self._sandbox
-        _send(sandbox._conn, {"op": "call", "name": name, "where": where,
-                              "args": encode(tuple(args)), "kwargs": encode(dict(kwargs)),
-                              "forbidden": encode(dict(forbidden or {}))})
-        reply = sandbox._wait(name, where)
-        if not reply["ok"]:
-            error = NotImplementedError if reply["type"] == "NotImplementedError" else AssertionError
-            raise error(reply["message"])
-        return decode(reply["out"]), decode(reply["args"]), decode(reply["kwargs"])
+        if sandbox.ended or sandbox.timed_out:
+            raise AssertionError(f"{name}: the process running your code has stopped")
+        send(sandbox._in, {"op": "call", "name": name, "where": where,
+                           "forbidden": dict(forbidden or {})},
+             args=tuple(args), kwargs=dict(kwargs))
+        header, blobs = sandbox._wait(name, where, "answer")
+        if not header.get("ok"):
+            error = (NotImplementedError if header.get("type") == "NotImplementedError"
+                     else AssertionError)
+            raise error(str(header.get("message", ""))[:4000])
+        try:
+            used: set = set()
+            return (decode(header["out"], blobs, used), decode(header["args"], blobs, used),
+                    decode(header["kwargs"], blobs, used))
+        except (WireError, KeyError) as err:
+            raise AssertionError(f"{name}: your function's answer was refused ({err}) on "
+                                 f"input ({where})") from None

@@ -18,14 +18,33 @@ __all__ = ["check_layer_norm_fgh", "check_centering_matrix", "check_layer_norm_o
 _NO_LAYER_NORM = "this exercise asks you to write LayerNorm yourself, without calling one"
 NO_LAYER_NORM = {path: _NO_LAYER_NORM for path in (
     "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
-    "lncourse.layernorm.layer_norm", "lncourse.layernorm.FactorizedLayerNorm.forward")}
+    "lncourse.layernorm.layer_norm", "lncourse.layernorm.FactorizedLayerNorm.forward",
+    "torch.nn.functional.group_norm", "torch.group_norm", "torch.nn.LayerNorm.forward",
+    "torch.nn.GroupNorm.forward",
+    # the operators themselves, whatever the route (torch.ops.aten..., F.group_norm(x, 1))
+    "aten.native_layer_norm", "aten.native_group_norm", "aten.layer_norm", "aten.group_norm")}
+_NO_RMS_NORM = "this exercise asks you to write RMSNorm yourself, without calling one"
+NO_RMS_NORM = {path: _NO_RMS_NORM for path in (
+    "torch.nn.functional.rms_norm", "torch.rms_norm", "torch.nn.RMSNorm.forward",
+    "aten.rms_norm", "aten._fused_rms_norm")}
+_NO_PROJECTION = "this exercise asks you to build P yourself, not to call the course's helper"
+NO_PROJECTION = {"lncourse.layernorm.projection_matrix": _NO_PROJECTION}
 _NO_AUTOGRAD = "this exercise asks for the closed form, without autograd"
 NO_AUTOGRAD = {path: _NO_AUTOGRAD for path in (
     "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
     "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
     "torch.autograd.functional.jvp", "torch.autograd.functional.hessian",
     "torch.func.jacrev", "torch.func.jacfwd", "torch.func.vjp", "torch.func.jvp",
-    "torch.func.grad")}
+    "torch.func.grad", "torch.func.linearize", "torch.func.hessian", "torch.func.grad_and_value",
+    "torch._functorch.eager_transforms.linearize", "torch._functorch.eager_transforms.jvp",
+    "torch._functorch.eager_transforms.vjp", "torch._functorch.eager_transforms.jacrev",
+    "torch._functorch.eager_transforms.jacfwd", "torch._functorch.eager_transforms.grad",
+    "torch._functorch.eager_transforms.hessian", "torch.autograd.forward_ad.make_dual",
+    "torch.autograd.forward_ad.dual_level", "torch.autograd.functional.vhp",
+    "torch.autograd.functional.hvp", "torch.autograd.functional.jacobian",
+    "torch.Tensor.requires_grad_",
+    # the forward-mode machinery under jvp, linearize and make_dual
+    "aten._new_zeros_with_same_feature_meta", "aten._make_dual")}
 
 
 # ----------------------------------------------------------------- LayerNorm from f, g, h
@@ -112,7 +131,7 @@ def check_centering_matrix(fn: Callable[[int], Tensor], *, hidden: bool = False)
     """The d x d centring (projection) matrix P = I - 1 1^T / d, in float64."""
     sizes = (3, 5, 16, 2) + ((4, 7, 64, 100) if hidden else ())
     run_check(fn, "centering_matrix", ["d"], [case(d) for d in sizes],
-              reference=lambda d: projection_matrix(d, dtype=torch.float64),
+              reference=lambda d: projection_matrix(d, dtype=torch.float64), forbidden=NO_PROJECTION,
               mistakes=_P_MISTAKES)
 
 
@@ -233,7 +252,7 @@ def check_rms_norm_gain(fn: Callable[[Tensor, Tensor, float], Tensor], *,
         cases.append(case(torch.randn(2, 6, generator=g, dtype=torch.float64),
                           torch.ones(6, dtype=torch.float64), 1e-6))
     run_check(fn, "rms_norm_gain", ["x", "gain", "eps"], cases, reference=_rms_norm,
-              mistakes=_RMS_MISTAKES)
+              mistakes=_RMS_MISTAKES, forbidden=NO_RMS_NORM)
 
 
 # ------------------------------------------------------------------------- Jacobian
