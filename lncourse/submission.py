@@ -9,6 +9,7 @@ the imports, the helpers, the constants it uses, and what those need in turn.
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import symtable
 from collections import Counter
@@ -73,11 +74,19 @@ def _scope_names(source: str) -> tuple[set[str], set[str]]:
     return binds, needs
 
 
+def _get(d, *keys):
+    """``d[k1][k2]...``, or None where a level is missing or not a JSON object."""
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
 def _chapter_of(nb: dict, defined: set[str]) -> tuple[Chapter | None, str | None]:
-    meta = nb.get("metadata", {}).get("lncourse", {})
-    for key in (meta.get("chapter"), meta.get("source"), nb.get("metadata", {}).get(
-            "colab", {}).get("name", "").rsplit("_", 1)[0]):
-        if key:
+    colab = _get(nb, "metadata", "colab", "name")
+    for key in (_get(nb, "metadata", "lncourse", "chapter"),
+                _get(nb, "metadata", "lncourse", "source"),
+                colab.rsplit("_", 1)[0] if isinstance(colab, str) else None):
+        if isinstance(key, (str, int)) and key:
             try:
                 return find_chapter(key), None
             except KeyError:
@@ -91,16 +100,71 @@ def _chapter_of(nb: dict, defined: set[str]) -> tuple[Chapter | None, str | None
                                 f"for chapter {best} from the functions it defines")
 
 
+MAX_BYTES = 32 * 2**20      # a notebook file larger than this is refused
+MAX_CODE_CELLS = 2000       # so is one with more code cells than this,
+MAX_SOURCE = 2 * 2**20      # or more characters of code than this
+
+
+def _shape_problem(nb) -> str | None:
+    """Why ``nb`` is not a notebook the grader can read, or None."""
+    if not isinstance(nb, dict):
+        return f"the file holds a JSON {type(nb).__name__}, not a notebook (an object)"
+    if not isinstance(nb.get("metadata", {}), dict):
+        return "its metadata is not a JSON object"
+    cells = nb.get("cells")
+    if not isinstance(cells, list):
+        return "its cells are not a list" if "cells" in nb else "it has no cells"
+    if not all(isinstance(c, dict) for c in cells):
+        return "some of its cells are not JSON objects"
+    code = [c for c in cells if c.get("cell_type") == "code"]
+    if len(code) > MAX_CODE_CELLS:
+        return f"it has {len(code):,} code cells, more than the {MAX_CODE_CELLS:,} the grader reads"
+    total = 0
+    for number, c in enumerate(code, 1):
+        source = c.get("source", "")
+        if not (isinstance(source, str) or isinstance(source, list)
+                and all(isinstance(line, str) for line in source)):
+            return f"the source of code cell {number} is not text"
+        total += len(source) if isinstance(source, str) else sum(map(len, source))
+        if not isinstance(c.get("metadata", {}), dict):
+            return f"the metadata of code cell {number} is not a JSON object"
+        meta = c.get("metadata", {}).get("lncourse", {})
+        if not isinstance(meta, dict) or not isinstance(meta.get("exercise", ""), str):
+            return f"the exercise label of code cell {number} is not text"
+    if total > MAX_SOURCE:
+        return f"it holds {total:,} characters of code, more than the {MAX_SOURCE:,} allowed"
+    return None
+
+
 def read_submission(path: str | Path) -> Submission:
-    """Parse a notebook: chapter, code cells as Python, their top-level statements."""
+    """Parse a notebook: chapter, code cells as Python, their top-level statements.
+
+    A file that is not a notebook of the expected shape, or is too large to read quickly
+    (``MAX_BYTES``, ``MAX_CODE_CELLS``, ``MAX_SOURCE``), gets a note and no code."""
     sub = Submission(Path(path))
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_BYTES:
+            raise ValueError(f"{size:,} bytes, more than the {MAX_BYTES:,} allowed")
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
+        problem = _shape_problem(nb)
+        if problem:
+            raise ValueError(problem)
         cells = [c for c in nb["cells"] if c.get("cell_type") == "code"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError) as err:
         sub.notes.append(f"this file could not be read as a notebook ({type(err).__name__}: "
-                         f"{err}); nothing was graded")
+                         f"{str(err)[:300]}); nothing was graded")
         return sub
+    try:
+        _read_cells(sub, nb, cells)
+    except Exception as err:  # noqa: BLE001 (one odd notebook never stops the class)
+        sub.statements.clear()
+        sub.notes.append(f"this notebook could not be parsed ({type(err).__name__}: "
+                         f"{str(err)[:300]}); nothing was graded")
+    return sub
+
+
+def _read_cells(sub: Submission, nb: dict, cells: list[dict]) -> None:
     defined = set()
     for number, cell in enumerate(cells):
         source = cell.get("source", "")
@@ -125,7 +189,6 @@ def read_submission(path: str | Path) -> Submission:
     sub.chapter, note = _chapter_of(nb, defined)
     if note:
         sub.notes.append(note)
-    return sub
 
 
 def program_for(sub: Submission, exercise: Exercise) -> tuple[Program | None, str | None]:
@@ -142,14 +205,21 @@ def program_for(sub: Submission, exercise: Exercise) -> tuple[Program | None, st
     cell = sub.statements[definitions[-1]].cell
     end = max(k for k, s in enumerate(sub.statements) if s.cell == cell) + 1
 
+    binders: dict[str, list[int]] = {}      # name -> statements binding it, in order
+    for k, s in enumerate(sub.statements):
+        for n in s.binds:
+            binders.setdefault(n, []).append(k)
     chosen: set[int] = set()
-    todo = [(name, end)]
+    todo, seen = [(name, end)], set()
     while todo:
         wanted, before = todo.pop()
-        binders = [k for k in range(before) if wanted in sub.statements[k].binds]
-        if not binders or binders[-1] in chosen:
+        if (wanted, before) in seen:
             continue
-        k = binders[-1]
+        seen.add((wanted, before))
+        at = bisect.bisect_left(binders.get(wanted, []), before)
+        if at == 0 or binders[wanted][at - 1] in chosen:
+            continue
+        k = binders[wanted][at - 1]
         chosen.add(k)
         s = sub.statements[k]
         todo.extend((n, end if s.definition else k) for n in s.needs)

@@ -285,3 +285,48 @@ def test_printing_in_a_loop_does_not_time_out_a_correct_answer(attacked):
 
 def test_no_temporary_folder_is_left_behind(attacked):
     assert attacked[3] == set()
+
+
+# 5. malformed notebooks: each becomes a row of zeros with a note, and the class is graded
+def _malformed(good, code):
+    cell = lambda i: {"cell_type": "code", "source": f"a{i} = {i}", "metadata": {},
+                      "outputs": [], "execution_count": None}
+    return {
+        "cells_as_strings": lambda nb: nb.__setitem__("cells", ["a", "b"]),
+        "cells_as_a_dict": lambda nb: nb.__setitem__("cells", {"a": 1}),
+        "integer_source": lambda nb: nb["cells"][code[0]].__setitem__("source", 5),
+        "source_of_ints": lambda nb: nb["cells"][code[0]].__setitem__("source", [1, 2]),
+        "list_metadata": lambda nb: nb.__setitem__("metadata", [1]),
+        "list_cell_metadata": lambda nb: nb["cells"][code[0]].__setitem__("metadata", [1]),
+        "list_label": lambda nb: nb["cells"][code[1]]["metadata"].__setitem__(
+            "lncourse", {"exercise": ["ex-rms-norm"]}),
+        "deep_json": None,
+        "twenty_thousand_cells": lambda nb: nb["cells"].extend(cell(i) for i in range(20_000)),
+    }
+
+
+def test_malformed_notebooks_get_a_row_of_zeros_and_a_note(tmp_path):
+    import json
+    solution = nbformat.writes(only(editions(CH.stem)["solution"], [RMS]))
+    good = json.loads(solution)
+    code = [i for i, c in enumerate(good["cells"]) if c["cell_type"] == "code"]
+    paths = [tmp_path / "solution.ipynb"]
+    paths[0].write_text(solution)
+    for name, spoil in _malformed(good, code).items():
+        paths.append(tmp_path / f"{name}.ipynb")
+        if spoil is None:
+            paths[-1].write_text("[" * 100_000 + "]" * 100_000)
+            continue
+        nb = json.loads(solution)
+        spoil(nb)
+        paths[-1].write_text(json.dumps(nb))
+    from lncourse.submission import read_submission
+    start = time.monotonic()
+    assert read_submission(tmp_path / "twenty_thousand_cells.ipynb").notes
+    assert time.monotonic() - start < 5           # refused at once, not parsed for 86 s
+    _, graded = grade(paths, chapter=1, timeout=TIMEOUT)
+    write_csv(CH, graded, tmp_path / "grades.csv")
+    assert graded[0].outcomes[RMS].passed
+    for g in graded[1:]:
+        assert g.total == 0 and "could not be read as a notebook" in " ".join(g.notes), g
+    assert len((tmp_path / "grades.csv").read_text().splitlines()) == len(paths) + 1
