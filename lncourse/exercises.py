@@ -19,6 +19,7 @@ class Exercise:
     number: str     # "1.1"
     title: str
     function: str   # the function the learner writes
+    points: int = 1  # the chapter's weight for it: its number of stars of difficulty
 
     @property
     def check(self) -> str:
@@ -37,39 +38,42 @@ class Chapter:
         return int(self.stem[:2])
 
 
-def _chapter(stem: str, title: str, *exercises: tuple[str, str, str]) -> Chapter:
+# (label, title, function, points): the points are the exercise's stars of difficulty in
+# the chapter (a test checks them against book/NN_topic.md)
+def _chapter(stem: str, title: str, *exercises: tuple) -> Chapter:
     n = int(stem[:2])
-    return Chapter(stem, title, tuple(Exercise(label, f"{n}.{k}", t, function)
-                                      for k, (label, t, function) in enumerate(exercises, 1)))
+    return Chapter(stem, title, tuple(Exercise(label, f"{n}.{k}", t, function, *points)
+                                      for k, (label, t, function, *points)
+                                      in enumerate(exercises, 1)))
 
 
 CHAPTERS: tuple[Chapter, ...] = (
     _chapter("01_layernorm_geometry", "LayerNorm is a projection and a scaling",
-             ("ex-layer-norm-fgh", "LayerNorm from f, g and h", "layer_norm_fgh"),
-             ("ex-centering-matrix", "Build the centring matrix", "centering_matrix"),
-             ("ex-layer-norm-on-plane", "Two points from a plane", "layer_norm_on_plane"),
-             ("ex-fold-into-linear", "Fold LayerNorm into a linear layer", "fold_into_linear"),
-             ("ex-rms-norm", "RMSNorm", "rms_norm_gain"),
-             ("ex-layer-norm-jacobian", "The Jacobian of LayerNorm", "layer_norm_jacobian")),
+             ("ex-layer-norm-fgh", "LayerNorm from f, g and h", "layer_norm_fgh", 1),
+             ("ex-centering-matrix", "Build the centring matrix", "centering_matrix", 1),
+             ("ex-layer-norm-on-plane", "Two points from a plane", "layer_norm_on_plane", 2),
+             ("ex-fold-into-linear", "Fold LayerNorm into a linear layer", "fold_into_linear", 1),
+             ("ex-rms-norm", "RMSNorm", "rms_norm_gain", 1),
+             ("ex-layer-norm-jacobian", "The Jacobian of LayerNorm", "layer_norm_jacobian", 2)),
     _chapter("02_unselectable_keys", "Unselectable keys: what LayerNorm's scaling buys attention",
-             ("ex-hull-vertices-2d", "Vertices in the plane", "hull_vertices_2d"),
-             ("ex-unselectable-lp", "The LP that decides", "unselectable_lp"),
-             ("ex-ellipsoid-query", "A query for every key on an ellipsoid", "ellipsoid_query"),
-             ("ex-braid-reflect", "The braid-reflect walk", "braid_reflect")),
+             ("ex-hull-vertices-2d", "Vertices in the plane", "hull_vertices_2d", 2),
+             ("ex-unselectable-lp", "The LP that decides", "unselectable_lp", 2),
+             ("ex-ellipsoid-query", "A query for every key on an ellipsoid", "ellipsoid_query", 1),
+             ("ex-braid-reflect", "The braid-reflect walk", "braid_reflect", 3)),
     _chapter("03_majority", "Majority: the projection, queries along 1, and a replication",
-             ("ex-has-clear-majority", "The margin rule", "has_clear_majority"),
-             ("ex-uniform-query-weights", "Queries parallel to 1", "uniform_query_weights"),
-             ("ex-attend-counts", "Attention over a multiset", "attend_counts"),
+             ("ex-has-clear-majority", "The margin rule", "has_clear_majority", 1),
+             ("ex-uniform-query-weights", "Queries parallel to 1", "uniform_query_weights", 2),
+             ("ex-attend-counts", "Attention over a multiset", "attend_counts", 2),
              ("ex-norm-without-projection", "LayerNorm without projection",
-              "norm_without_projection"),
-             ("ex-query-angle", "The query angle", "query_angle")),
+              "norm_without_projection", 1),
+             ("ex-query-angle", "The query angle", "query_angle", 1)),
     _chapter("04_nope", "NoPE: positions hide in the variance of attention",
-             ("ex-running-mean", "Uniform causal attention is a running mean", "running_mean"),
-             ("ex-sample-covariance", "Lemma 1 numerically", "sample_covariance"),
-             ("ex-fit-loglog-slope", "Fit the log-log slope", "fit_loglog_slope"),
-             ("ex-masked-attention", "A causal or a bidirectional mask", "masked_attention"),
+             ("ex-running-mean", "Uniform causal attention is a running mean", "running_mean", 1),
+             ("ex-sample-covariance", "Lemma 1 numerically", "sample_covariance", 1),
+             ("ex-fit-loglog-slope", "Fit the log-log slope", "fit_loglog_slope", 2),
+             ("ex-masked-attention", "A causal or a bidirectional mask", "masked_attention", 2),
              ("ex-effective-tokens", "The effective number of attended tokens",
-              "effective_tokens")),
+              "effective_tokens", 2)),
 )
 
 

@@ -20,7 +20,6 @@ nothing the learner's code does (redefining or monkeypatching a check, printing
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import io
@@ -33,9 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .exercises import Chapter, Exercise, chapter as find_chapter
+from .grade_sheet import feedback, summary, write_csv, write_lms
 from .submission import Program, chapter_of_class, program_for, read_submission
 
-__all__ = ["Outcome", "Graded", "grade", "write_csv", "feedback", "summary", "main"]
+__all__ = ["Outcome", "Graded", "grade", "write_csv", "write_lms", "feedback", "summary",
+           "student_ids", "main"]
 
 TIMEOUT = 60.0        # seconds per exercise
 MEMORY_MB = 2048      # memory a learner's process may use beyond what it starts with
@@ -55,10 +56,15 @@ class Graded:
     submission: str
     outcomes: dict[str, Outcome]                   # exercise label -> outcome
     notes: list[str] = field(default_factory=list)
+    student_id: str = ""
+    flags: list[str] = field(default_factory=list)  # for the teacher's eye: "solution edition"
 
     @property
     def total(self) -> int:
         return sum(o.passed for o in self.outcomes.values())
+
+    def points(self, ch: Chapter) -> int:
+        return sum(e.points for e in ch.exercises if self.outcomes[e.label].passed)
 
 
 @dataclass(frozen=True)
@@ -90,10 +96,16 @@ def _grade_exercise(program: Program, exercise: Exercise, job: _Job, learner) ->
         info = sandbox.start()
         notes += [f"running the code `{function}` needs raised {p}" for p in sandbox.problems]
         if info.get("kind") == "function":
-            printed = io.StringIO()
+            printed, check = io.StringIO(), getattr(checks, exercise.check)
             with contextlib.redirect_stdout(printed):
-                getattr(checks, exercise.check)(sandbox.function(info), hidden=job.hidden)
-            outcome = Outcome(True, printed.getvalue().strip()[:1000])
+                check(sandbox.function(info), hidden=False)
+                if job.hidden:     # visible inputs passed: a failure now is a hidden input's
+                    try:
+                        check(sandbox.function(info), hidden=True)
+                    except AssertionError as err:
+                        raise AssertionError(f"(on a teacher-only input, which the notebook's "
+                                             f"own check does not run) {err}") from None
+            outcome = Outcome(True, printed.getvalue().strip().splitlines()[-1][:1000])
         elif info.get("kind") == "not callable":
             outcome = Outcome(False, f"`{function}` is a {info.get('type')}, not a function")
         elif info.get("kind") == "builtin":
@@ -217,16 +229,29 @@ def _run(jobs: list[_Job], workers: int) -> list[list[Outcome]]:
 # ----------------------------------------------------------------------- the class
 def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: bool = False,
           timeout: float = TIMEOUT, memory_mb: int = MEMORY_MB,
-          workers: int | None = None) -> tuple[Chapter, list[Graded]]:
-    """Grade the submissions; returns the class's chapter and one ``Graded`` each."""
+          workers: int | None = None, roster: dict[str, str] | None = None,
+          id_pattern: str | None = None) -> tuple[Chapter, list[Graded]]:
+    """Grade the submissions; returns the class's chapter and one ``Graded`` each.
+
+    The student ID of a submission: the roster's entry for its file name, else the
+    notebook's ``metadata.lncourse.student_id``, else the first group of ``id_pattern``
+    matched in the file name, else the file name without ``.ipynb``."""
+    import math
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a finite number of seconds > 0, not {timeout!r}")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be an integer >= 1, not {workers!r}")
     submissions = [read_submission(p) for p in paths]
+    from .grade_cli import student_ids
+    ids = student_ids(paths, submissions, roster, id_pattern)
     ch = find_chapter(chapter) if chapter is not None else chapter_of_class(submissions)
     if ch is None:
         raise SystemExit("none of the submissions names a chapter; pass --chapter N")
     graded, jobs, where = [], [], []
     hide = tuple(sorted({str(Path(p).resolve().parent) for p in paths}))
     for path, sub in zip(paths, submissions):
-        g = Graded(str(path), {}, list(sub.notes))
+        g = Graded(str(path), {}, list(sub.notes), ids[str(path)],
+                   ["solution edition"] if sub.solution_edition else [])
         graded.append(g)
         if sub.chapter is None or sub.chapter.stem != ch.stem:
             if sub.chapter is not None:
@@ -253,77 +278,11 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
     return ch, graded
 
 
-def write_csv(ch: Chapter, graded: list[Graded], path: str | Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        out = csv.writer(f)
-        out.writerow(["submission", *(e.label for e in ch.exercises), "total"])
-        for g in graded:
-            out.writerow([g.submission, *(int(g.outcomes[e.label].passed) for e in ch.exercises),
-                          g.total])
-
-
-def feedback(ch: Chapter, g: Graded) -> str:
-    """The Markdown feedback for one submission."""
-    lines = [f"# Feedback on `{Path(g.submission).name}`", "",
-             f"Chapter {ch.number}, *{ch.title}*: {g.total} of {len(ch.exercises)} "
-             "exercises passed.", ""]
-    lines += [f"- {note}" for note in g.notes] + ([""] if g.notes else [])
-    lines += ["| exercise | result |", "| --- | --- |"]
-    lines += [f"| {e.number} {e.title} | {'passed' if g.outcomes[e.label].passed else 'not passed'} |"
-              for e in ch.exercises]
-    for e in ch.exercises:
-        o = g.outcomes[e.label]
-        if o.passed and not o.notes:
-            continue
-        lines += ["", f"## Exercise {e.number}: {e.title}", "", *(f"> {line}" for line in
-                  o.message.splitlines())]
-        lines += [""] + [f"- {note}" for note in o.notes] if o.notes else []
-    return "\n".join(lines) + "\n"
-
-
-def summary(ch: Chapter, graded: list[Graded], seconds: float, hidden: bool) -> str:
-    width = max(len(e.label) for e in ch.exercises)
-    lines = [f"graded {len(graded)} submission(s) of chapter {ch.number} ({ch.stem}) in "
-             f"{seconds:.1f} s; hidden inputs: {'yes' if hidden else 'no'}",
-             f"{'exercise':<{width}}  passed"]
-    lines += [f"{e.label:<{width}}  {sum(g.outcomes[e.label].passed for g in graded)}/{len(graded)}"
-              for e in ch.exercises]
-    lines += [f"note: {g.submission}: {n}" for g in graded for n in g.notes]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lncourse.grade",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("submissions", nargs="+", help="submitted notebooks (.ipynb)")
-    parser.add_argument("--out", required=True, help="the grade sheet to write (CSV)")
-    parser.add_argument("--feedback", help="folder for one Markdown feedback file per submission")
-    parser.add_argument("--timeout", type=float, default=TIMEOUT,
-                        help=f"seconds allowed per exercise (default {TIMEOUT:.0f})")
-    parser.add_argument("--hidden", action="store_true",
-                        help="add the checks' teacher-only inputs")
-    parser.add_argument("--chapter", help="the class's chapter (default: the one most "
-                                          "submissions name)")
-    parser.add_argument("--memory-mb", type=int, default=MEMORY_MB,
-                        help=f"memory cap per exercise, in MB (default {MEMORY_MB})")
-    parser.add_argument("--workers", type=int, help="exercises graded at once (default: CPUs, up to 4)")
-    args = parser.parse_args(argv)
-    start = time.monotonic()
-    ch, graded = grade(args.submissions, chapter=args.chapter, hidden=args.hidden,
-                       timeout=args.timeout, memory_mb=args.memory_mb, workers=args.workers)
-    write_csv(ch, graded, args.out)
-    if args.feedback:
-        folder = Path(args.feedback)
-        folder.mkdir(parents=True, exist_ok=True)
-        names: set[str] = set()
-        for g in graded:
-            name = Path(g.submission).stem
-            while name in names:
-                name += "_"
-            names.add(name)
-            (folder / f"{name}.md").write_text(feedback(ch, g), encoding="utf-8")
-    print(summary(ch, graded, time.monotonic() - start, args.hidden))
-    return 0
+    """The command line (``lncourse.grade_cli``)."""
+    from .grade_cli import main as cli
+
+    return cli(argv)
 
 
 if __name__ == "__main__":

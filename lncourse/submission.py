@@ -37,6 +37,8 @@ class Submission:
     syntax_errors: dict[int, str] = field(default_factory=dict)   # cell -> message
     labels: dict[str, int] = field(default_factory=dict)          # exercise label -> cell
     statements: list[Statement] = field(default_factory=list)
+    student_id: str | None = None        # from the notebook's metadata (lncourse.student_id)
+    solution_edition: bool = False       # a submitted solution edition: flagged
 
     def filename(self, cell: int) -> str:
         return f"<cell {cell + 1}>"
@@ -189,6 +191,14 @@ def _read_cells(sub: Submission, nb: dict, cells: list[dict]) -> None:
     sub.chapter, note = _chapter_of(nb, defined)
     if note:
         sub.notes.append(note)
+    student = _get(nb, "metadata", "lncourse", "student_id")
+    if isinstance(student, (str, int)) and str(student).strip():
+        sub.student_id = str(student).strip()[:100]
+    edition = _get(nb, "metadata", "lncourse", "edition")
+    if edition == "solution" or any("# BEGIN SOLUTION" in s for s in sub.sources):
+        sub.solution_edition = True
+        sub.notes.append("FLAGGED: this is the course's solution edition (its metadata or its "
+                         "`# BEGIN SOLUTION` markers say so), not the student notebook")
 
 
 def program_for(sub: Submission, exercise: Exercise) -> tuple[Program | None, str | None]:

@@ -75,7 +75,8 @@ class Book:
 
 
 def chapter_exercises(source: Path) -> Chapter:
-    """The chapter's title and exercises (label, number, title, function), from its source."""
+    """The chapter's title and exercises (label, number, title, function, points: the
+    stars of its **Difficulty:** line), from its source."""
     import jupytext
 
     nb = jupytext.read(source)
@@ -87,10 +88,14 @@ def chapter_exercises(source: Path) -> Chapter:
     if len(heads) != len(functions):
         raise ValueError(f"{source.name}: {len(heads)} exercises but {len(functions)} "
                          "solution cells")
+    stars = [s.count("★") for s in re.findall(r"^\*\*Difficulty:\*\* ([★☆]+)", text, re.M)]
+    if len(stars) != len(heads):
+        raise ValueError(f"{source.name}: {len(heads)} exercises but {len(stars)} "
+                         "**Difficulty:** lines (their stars are the exercise's points)")
     n = int(source.name[:2])
     return Chapter(source.stem, title, tuple(
-        Exercise(label, f"{n}.{k}", t.strip(), fn)
-        for k, ((t, label), fn) in enumerate(zip(heads, functions), 1)))
+        Exercise(label, f"{n}.{k}", t.strip(), fn, points)
+        for k, ((t, label), fn, points) in enumerate(zip(heads, functions, stars), 1)))
 
 
 def read_book(root: Path = ROOT, sources: list[Path] | None = None) -> Book:

@@ -272,6 +272,7 @@ def test_hidden_inputs_catch_a_hard_coded_answer(chapter1, tmp_path):
     assert all(o.passed for o in hidden[0].outcomes.values())
     assert not hidden[1].outcomes["ex-centering-matrix"].passed
     assert "on input (4)" in hidden[1].outcomes["ex-centering-matrix"].message
+    assert "teacher-only input" in hidden[1].outcomes["ex-centering-matrix"].message
 
 
 def test_only_what_an_exercise_needs_runs():

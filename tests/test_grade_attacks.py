@@ -330,3 +330,76 @@ def test_malformed_notebooks_get_a_row_of_zeros_and_a_note(tmp_path):
     for g in graded[1:]:
         assert g.total == 0 and "could not be read as a notebook" in " ".join(g.notes), g
     assert len((tmp_path / "grades.csv").read_text().splitlines()) == len(paths) + 1
+
+
+# 8. the command line and what it writes
+@pytest.mark.parametrize("option", [["--timeout", "nan"], ["--timeout", "0"], ["--timeout", "-1"],
+                                    ["--timeout", "inf"], ["--workers", "-1"],
+                                    ["--workers", "0"], ["--memory-mb", "0"]])
+def test_bad_command_line_values_are_refused(option, tmp_path, capsys):
+    from lncourse.grade import main
+    with pytest.raises(SystemExit) as exit:
+        main(["nothing.ipynb", "--out", str(tmp_path / "g.csv"), *option])
+    assert exit.value.code == 2 and "out of range" in capsys.readouterr().err
+    assert not (tmp_path / "g.csv").exists()
+
+
+def test_sheets_for_the_teacher(tmp_path, capsys):
+    """Student IDs (metadata, roster, file-name pattern), points set by the chapter, a
+    flagged solution edition, the LMS sheet, a regrade that merges, and names that try
+    to inject a formula into the CSV and Markdown into the feedback."""
+    import csv
+    import json
+    from lncourse.grade import main
+    books = editions(CH.stem)
+    student = only(books["student"], [RMS])
+    right = only(with_function(books["student"], RMS, """
+def rms_norm_gain(x, gain, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
+"""), [RMS])
+    right.metadata["lncourse"]["student_id"] = "s-from-metadata"
+    nbformat.write(right, tmp_path / "a.ipynb")
+    nbformat.write(student, tmp_path / "=HYPERLINK(1)`](x)<b>.ipynb")
+    nbformat.write(student, tmp_path / "id_42_blank.ipynb")
+    nbformat.write(only(books["solution"], [RMS]), tmp_path / "copied.ipynb")
+    (tmp_path / "roster.csv").write_text("file,student_id\ncopied.ipynb,s-roster\n")
+    paths = [str(tmp_path / n) for n in ("a.ipynb", "=HYPERLINK(1)`](x)<b>.ipynb",
+                                        "id_42_blank.ipynb", "copied.ipynb")]
+    sheet, lms, fb = tmp_path / "grades.csv", tmp_path / "lms.csv", tmp_path / "fb"
+    main([*paths, "--out", str(sheet), "--lms", str(lms), "--feedback", str(fb),
+          "--roster", str(tmp_path / "roster.csv"), "--id-pattern", r"^id_(\d+)_",
+          "--workers", "2", "--timeout", str(TIMEOUT)])
+    rows = {r["student_id"]: r for r in csv.DictReader(open(sheet))}
+    assert set(rows) == {"s-from-metadata", "'=HYPERLINK(1)`](x)<b>", "42", "s-roster"}
+    points = next(e.points for e in CH.exercises if e.label == RMS)
+    assert rows["s-from-metadata"][RMS] == str(points) and rows["42"][RMS] == "0"
+    assert rows["s-from-metadata"]["max_points"] == str(sum(e.points for e in CH.exercises))
+    assert rows["s-roster"]["flags"] == "solution edition" and rows["42"]["flags"] == ""
+    assert "FLAGGED" in capsys.readouterr().out
+    text = open(lms).read().splitlines()
+    assert text[0] == f"ID number,Chapter {CH.number}: {CH.title},Feedback"
+    assert any(line.startswith("'=HYPERLINK") for line in text)
+    md = (fb / "_HYPERLINK_1____x__b_.md").read_text()
+    assert "\\`\\]" in md and "\\<b\\>" in md and "](x)<b>" not in md
+    # a regrade of one student merges into the sheet
+    nbformat.write(only(with_function(books["student"], RMS, """
+def rms_norm_gain(x, gain, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
+"""), [RMS]), tmp_path / "id_42_blank.ipynb")
+    main([paths[2], "--out", str(sheet), "--id-pattern", r"^id_(\d+)_", "--timeout", str(TIMEOUT)])
+    again = {r["student_id"]: r for r in csv.DictReader(open(sheet))}
+    assert set(again) == set(rows) and again["42"][RMS] == str(points)
+    assert again["s-from-metadata"] == rows["s-from-metadata"]
+    assert not list(tmp_path.glob(".grades.csv.*"))      # the atomic write left no temporary
+
+
+def test_a_failed_write_leaves_the_old_sheet_whole(tmp_path, monkeypatch):
+    from lncourse import grade_sheet
+    (tmp_path / "grades.csv").write_text("old sheet\n")
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(grade_sheet.os, "fsync", full_disk)
+    with pytest.raises(OSError):
+        grade_sheet.atomic_write(tmp_path / "grades.csv", "new")
+    assert (tmp_path / "grades.csv").read_text() == "old sheet\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["grades.csv"]

@@ -58,6 +58,35 @@ def _same_inputs(a: Any, b: Any) -> bool:
     return True
 
 
+def fair_precision(args: tuple, kwargs: dict, precision: torch.dtype) -> torch.dtype:
+    """The precision a tolerance allows for: ``precision``, or the default float dtype
+    when an input is an integer tensor, which the natural recipes turn into floats of the
+    default dtype (``torch.log(counts)`` is float32 even beside float64 scores)."""
+    ints = any(isinstance(a, torch.Tensor) and not a.is_floating_point() and not a.is_complex()
+               and a.dtype != torch.bool for a in (*args, *kwargs.values()))
+    default = torch.get_default_dtype()
+    if ints and torch.finfo(default).eps > torch.finfo(precision).eps:
+        return default
+    return precision
+
+
+def non_finite(value: Any) -> bool:
+    """True if ``value`` (a tensor, array, number, or a tuple/list/dict of them) holds a NaN
+    or an infinity."""
+    if isinstance(value, torch.Tensor):
+        return bool((value.is_floating_point() or value.is_complex()) and value.device.type != "meta"
+                    and not torch.isfinite(value.detach()).all())
+    if isinstance(value, np.ndarray) and value.dtype.kind in "fc":
+        return not bool(np.isfinite(value).all())
+    if isinstance(value, (float, np.floating, complex)):
+        return not math.isfinite(abs(value))
+    if isinstance(value, (tuple, list)):
+        return any(non_finite(v) for v in value)
+    if isinstance(value, dict):
+        return any(non_finite(v) for v in value.values())
+    return False
+
+
 def assert_signature(fn: Callable, params: Sequence[str], name: str) -> None:
     """Fail unless ``fn`` is a function taking exactly the parameters ``params``, in order."""
     if not callable(fn):
@@ -114,7 +143,8 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
         args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
         if reference is not None:
             expected = reference(*map(_clone, args64), **{k: _clone(v) for k, v in kwargs64.items()})
-            tol = tolerance(reference, args64, kwargs64, expected, precision, smooth, slack)
+            tol = tolerance(reference, args64, kwargs64, expected,
+                            fair_precision(args, kwargs, precision), smooth, slack)
         got, args_after, kwargs_after = call_learner(
             fn, tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()},
             name=name, where=where, forbidden=forbidden,
@@ -127,6 +157,8 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
             ok, diff, why = compare(got, expected, tol, precision)
         else:
             ok, diff, why = judge(got, args64, kwargs64, precision)
+        if ok and non_finite(got) and (reference is None or not non_finite(expected)):
+            ok, diff, why = False, math.inf, "your answer contains NaN or inf"
         if ok:
             worst = max(worst, diff)
             continue

@@ -196,7 +196,12 @@ def _uniform_judge(got, args, kwargs, precision) -> Verdict:
         if tuple(torch.as_tensor(W).shape) != (d, d):
             return False, math.inf, f"{name} must have shape ({d}, {d}), got {tuple(W.shape)}"
     W_Q, W_K = (torch.as_tensor(W).detach().cpu().double() for W in got)
+    if not (torch.isfinite(W_Q).all() and torch.isfinite(W_K).all()):
+        return False, math.inf, "the weights contain NaN or inf"
     M = W_Q.T @ W_K
+    if not torch.isfinite(M).all():
+        return False, math.inf, ("W_Q^T W_K overflows (entries too large for the dtype): "
+                                 "scale the weights down")
     P = torch.eye(d, dtype=torch.float64) - 1.0 / d
     u = max(torch.finfo(torch.as_tensor(w).dtype).eps for w in got)
     scale = float(W_Q.norm() * W_K.norm()) or 1.0

@@ -1,0 +1,102 @@
+"""The grader's command line: ``python -m lncourse.grade`` (see ``lncourse.grade``)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import time
+from pathlib import Path
+
+from .grade import MEMORY_MB, TIMEOUT, grade
+from .grade_sheet import atomic_write, feedback, summary, write_csv, write_lms
+
+
+def student_ids(paths, submissions, roster=None, id_pattern=None) -> dict[str, str]:
+    ids = {}
+    for path, sub in zip(paths, submissions):
+        name = Path(path).name
+        found = re.search(id_pattern, name) if id_pattern else None
+        ids[str(path)] = ((roster or {}).get(name) or sub.student_id
+                          or (found.group(1) if found and found.groups() else None)
+                          or name.removesuffix(".ipynb"))
+    return ids
+
+
+def _positive(kind, low):
+    def parse(text: str):
+        import math
+
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < low or (low == 0 and value == 0):
+            raise argparse.ArgumentTypeError(
+                f"{text} is out of range: give a finite number {'>' if low == 0 else '>='} {low}")
+        return value
+    return parse
+
+
+def _roster(path: str) -> dict[str, str]:
+    """A roster CSV with columns ``file`` and ``student_id``."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if rows and not {"file", "student_id"} <= set(rows[0]):
+        raise SystemExit(f"{path}: a roster needs the columns file and student_id")
+    return {r["file"]: r["student_id"] for r in rows}
+
+def main(argv: list[str] | None = None) -> int:
+    from .grade import __doc__ as doc
+    from .sandbox_contain import guarantees
+
+    parser = argparse.ArgumentParser(prog="python -m lncourse.grade",
+                                     description=doc.split("\n\n")[0])
+    parser.add_argument("submissions", nargs="+", help="submitted notebooks (.ipynb)")
+    parser.add_argument("--out", required=True, help="the grade sheet (CSV; merged if it exists)")
+    parser.add_argument("--lms", help="also write Moodle's CSV grade import here")
+    parser.add_argument("--feedback", help="folder for one Markdown feedback file per submission")
+    parser.add_argument("--timeout", type=_positive(float, 0), default=TIMEOUT,
+                        help=f"seconds allowed per exercise (default {TIMEOUT:.0f})")
+    parser.add_argument("--hidden", action="store_true",
+                        help="add the checks' teacher-only inputs")
+    parser.add_argument("--chapter", help="the class's chapter (default: the one most "
+                                          "submissions name)")
+    parser.add_argument("--memory-mb", type=_positive(int, 64), default=MEMORY_MB,
+                        help=f"memory cap per exercise, in MB (default {MEMORY_MB})")
+    parser.add_argument("--workers", type=_positive(int, 1),
+                        help="submissions graded at once (default: CPUs, up to 4)")
+    parser.add_argument("--roster", help="CSV with columns file and student_id")
+    parser.add_argument("--id-pattern", help="regular expression whose first group, found in "
+                                             "a file name, is the student ID")
+    parser.add_argument("--no-merge", action="store_true",
+                        help="overwrite the sheet instead of merging a regrade into it")
+    args = parser.parse_args(argv)
+    if args.id_pattern:
+        try:
+            re.compile(args.id_pattern)
+        except re.error as err:
+            parser.error(f"--id-pattern: {err}")
+    print(guarantees())
+    start = time.monotonic()
+    ch, graded = grade(args.submissions, chapter=args.chapter, hidden=args.hidden,
+                       timeout=args.timeout, memory_mb=args.memory_mb, workers=args.workers,
+                       roster=_roster(args.roster) if args.roster else None,
+                       id_pattern=args.id_pattern)
+    write_csv(ch, graded, args.out, merge=not args.no_merge)
+    if args.lms:
+        write_lms(ch, graded, args.lms)
+    if args.feedback:
+        folder = Path(args.feedback)
+        folder.mkdir(parents=True, exist_ok=True)
+        names: set[str] = set()
+        for g in graded:
+            name = re.sub(r"[^\w.-]", "_", g.student_id or Path(g.submission).stem)[:100]
+            while name in names:
+                name += "_"
+            names.add(name)
+            atomic_write(folder / f"{name}.md", feedback(ch, g))
+    print(summary(ch, graded, time.monotonic() - start, args.hidden))
+    return 0
+
+
