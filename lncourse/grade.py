@@ -41,6 +41,7 @@ __all__ = ["Outcome", "Graded", "grade", "write_csv", "write_lms", "feedback", "
 TIMEOUT = 60.0        # seconds per exercise
 MEMORY_MB = 2048      # memory a learner's process may use beyond what it starts with
 MARGIN = 30.0         # seconds the grader allows a check beyond the learner's time limit
+STARTUP = 300.0       # and a learner's process to start (lncourse.sandbox.STARTUP)
 
 
 @dataclass
@@ -191,7 +192,7 @@ def _run(jobs: list[_Job], workers: int) -> list[list[Outcome]]:
             process = context.Process(target=_checker, args=(job, send))
             process.start()
             os.close(send)
-            running[i] = [process, receive, time.monotonic() + job.timeout + MARGIN]
+            running[i] = [process, receive, time.monotonic() + job.timeout + MARGIN + STARTUP]
         ready = multiprocessing.connection.wait(
             [r for _, r, _ in running.values()], timeout=1.0)
         for i, entry in list(running.items()):
@@ -204,14 +205,14 @@ def _run(jobs: list[_Job], workers: int) -> list[list[Outcome]]:
                     k = header.get("k")
                     if type(k) is int and 0 <= k < len(job.programs) and k not in done:
                         done[k] = _outcome(header)
-                        entry[2] = time.monotonic() + job.timeout + MARGIN
+                        entry[2] = time.monotonic() + job.timeout + MARGIN + STARTUP
                 except EOFError:
                     failure = ("the grader's process for this exercise stopped "
                                f"(exit code {process.exitcode})")
                 except WireError as err:
                     failure = f"the grader's process for this exercise sent a bad result ({err})"
             elif time.monotonic() > deadline:
-                failure = (f"grading this exercise took more than {job.timeout + MARGIN:.0f} s "
+                failure = (f"grading this exercise took more than {job.timeout + MARGIN + STARTUP:.0f} s "
                            "and was stopped")
             if failure is None and len(done) < len(job.programs):
                 continue

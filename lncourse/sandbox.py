@@ -33,6 +33,7 @@ from .sandbox_wire import MAX_FRAME, WireError, decode, read_frame, send
 
 MAX_ANSWER_BYTES = MAX_FRAME       # an answer larger than this is refused
 MAX_PRINTED = 2000                 # characters of printed output kept
+STARTUP = 300.0                    # seconds a learner's process may take to import PyTorch
 
 
 class Learner:
@@ -58,7 +59,22 @@ class Learner:
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env=env, close_fds=True, cwd=self.tmp or "/", preexec_fn=preexec, bufsize=0)
             self.fallback = fallback
+            self._started()
         return self.process
+
+    def _started(self) -> None:
+        """Wait until the learner's process has imported PyTorch (not counted in any
+        exercise's time limit; ``STARTUP`` seconds at most)."""
+        out = self.process.stdout.fileno()
+        ready, _, _ = select.select([out], [], [], STARTUP)
+        try:
+            header, _ = read_frame(out, 4096) if ready else ({}, [])
+        except (EOFError, WireError):
+            header = {}
+        if header.get("op") != "started":
+            self.kill()
+            raise AssertionError("the grader could not start a process for your code "
+                                 f"within {STARTUP:.0f} s (is the machine overloaded?)")
 
     def kill(self) -> None:
         p, self.process = self.process, None
@@ -93,8 +109,8 @@ class Sandbox:
         self.function_name, self.limit, self.memory_mb = function, seconds, memory_mb
         self.learner = learner or Learner()
         self._own = learner is None
-        self.deadline = time.monotonic() + seconds
         process = self.learner.ensure()
+        self.deadline = time.monotonic() + seconds
         self._in, self._out = process.stdin.fileno(), process.stdout.fileno()
         self.problems: list[str] = []
         self.timed_out = self.ended = False

@@ -192,6 +192,7 @@ def main() -> None:
     from .sandbox_wire import read_frame, send
     torch.set_num_threads(1)
     me = os.getpid()
+    send(rout, {"op": "started"})
     while True:
         try:
             header, _ = read_frame(rin)

@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -141,11 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "_build" / "notebooks"),
                         help="output folder (student/ and solution/ go below it)")
     parser.add_argument("sources", nargs="*", help="chapter sources (default: all)")
+    parser.add_argument("--no-solutions", action="store_true",
+                        default=os.environ.get("LNCOURSE_NO_SOLUTIONS", "") not in ("", "0"),
+                        help="write the student notebooks only, and remove solution/ "
+                             "(default when LNCOURSE_NO_SOLUTIONS=1)")
     args = parser.parse_args(argv)
     sources = [Path(s) for s in args.sources] or chapter_sources()
     book = read_book()
+    if args.no_solutions:
+        shutil.rmtree(Path(args.out) / "solution", ignore_errors=True)
     for source in sources:
         for edition, nb in build_editions(source, book).items():
+            if args.no_solutions and edition == "solution":
+                continue
             path = Path(args.out) / edition / f"{source.stem}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, path)

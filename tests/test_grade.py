@@ -41,8 +41,13 @@ def with_function(nb, label, source):
 
 
 def sheet(path):
+    """The grade sheet's rows by submission (the file's name)."""
     with open(path, newline="") as f:
         return {row["submission"]: row for row in csv.DictReader(f)}
+
+
+def points(label):
+    return next(e.points for ch in CHAPTERS for e in ch.exercises if e.label == label)
 
 
 def mistake_class(stem, folder):
@@ -70,12 +75,14 @@ def mistake_class(stem, folder):
 
 
 def assert_sheet(path, expected, labels):
+    """``expected``: passed (1) or not (0) by exercise; the sheet holds points."""
     rows = sheet(path)
-    assert list(rows) == list(expected)
+    assert list(rows) == [name.rsplit("/", 1)[-1] for name in expected]
     for name, row in expected.items():
+        name = name.rsplit("/", 1)[-1]
         got = {label: int(rows[name][label]) for label in labels}
-        assert got == row, name
-        assert int(rows[name]["total"]) == sum(row.values())
+        assert got == {label: passed * points(label) for label, passed in row.items()}, name
+        assert int(rows[name]["total"]) == sum(got.values())
 
 
 @pytest.mark.parametrize("stem", [c.stem for c in CHAPTERS[1:]])
@@ -201,7 +208,8 @@ def test_chapter1_sheet_is_exact(chapter1):
     ch, folder, expected, _, _ = chapter1
     assert_sheet(folder / "grades.csv", expected, [e.label for e in ch.exercises])
     header = (folder / "grades.csv").read_text().splitlines()[0]
-    assert header == "submission," + ",".join(e.label for e in ch.exercises) + ",total"
+    assert header == ("student_id,submission," + ",".join(e.label for e in ch.exercises)
+                      + ",total,max_points,flags,graded_at")
 
 
 def test_chapter1_mistakes_are_named(chapter1):
@@ -241,10 +249,10 @@ def test_an_infinite_loop_scores_zero_for_that_exercise_only(tmp_path):
     assert (f"time limit of {LOOP_TIMEOUT:.2g} s ran out"
             in graded.outcomes["ex-centering-matrix"].message)
     write_csv(ch, [graded], tmp_path / "grades.csv")
-    row = ",".join("1" if e.label == "ex-rms-norm" else "0" for e in ch.exercises)
-    assert (tmp_path / "grades.csv").read_text().splitlines() == [
-        "submission," + ",".join(e.label for e in ch.exercises) + ",total",
-        f"{tmp_path / 'loop.ipynb'},{row},1"]
+    row = ",".join(str(e.points) if e.label == "ex-rms-norm" else "0" for e in ch.exercises)
+    lines = (tmp_path / "grades.csv").read_text().splitlines()
+    assert lines[1].startswith(f"loop,loop.ipynb,{row},{points('ex-rms-norm')},"
+                               f"{sum(e.points for e in ch.exercises)},,")
 
 
 def test_tampering_gains_nothing(chapter1):
@@ -259,7 +267,7 @@ def test_tampering_gains_nothing(chapter1):
 def test_feedback_lists_each_failed_check_message(chapter1):
     ch, _, _, _, graded = chapter1
     text = feedback(ch, graded["mistake0"])
-    assert text.startswith("# Feedback on `mistake0.ipynb`")
+    assert text.startswith("# Feedback on mistake0.ipynb")
     assert "unbiased variance (dividing by d - 1)" in text and "| 1.1 LayerNorm from f, g and h | not passed |" in text
     assert "## Exercise 1.2" in text and "divide the all-ones matrix by d" in text
 
@@ -339,4 +347,4 @@ def test_thirty_submissions_grade_in_under_two_minutes(stem, tmp_path):
     rows = sheet(tmp_path / "grades.csv")
     assert len(rows) == 30 and len(list((tmp_path / "fb").glob("*.md"))) == 30
     assert [int(r["total"]) for r in rows.values()] == [
-        len(ch.exercises) if k % 3 == 1 else 0 for k in range(30)]
+        sum(e.points for e in ch.exercises) if k % 3 == 1 else 0 for k in range(30)]

@@ -8,6 +8,7 @@ the site under ``notebooks/``; the Colab link opens the published copy on the
 
 from __future__ import annotations
 
+import os
 import re
 
 from docutils import nodes
@@ -15,7 +16,22 @@ from docutils import nodes
 CHAPTER = re.compile(r"(^|/)(\d\d_[\w-]+)$")
 
 
+def _no_solutions(app) -> bool:
+    """LNCOURSE_NO_SOLUTIONS=1 bash scripts/build_site.sh: a site without solutions."""
+    return os.environ.get("LNCOURSE_NO_SOLUTIONS", "") not in ("", "0")
+
+
+def _drop_solutions(app, doctree) -> None:
+    # after sphinx-exercise has merged each solution-start ... solution-end into one node
+    from sphinx_exercise.nodes import solution_node
+
+    for node in list(doctree.findall(solution_node)):
+        node.parent.remove(node)
+
+
 def _links(app, doctree) -> None:
+    if _no_solutions(app):
+        _drop_solutions(app, doctree)
     docname = app.env.docname
     match = CHAPTER.search(docname)
     if not match:
@@ -30,7 +46,8 @@ def _links(app, doctree) -> None:
     para = nodes.paragraph(classes=["lncourse-notebook-links"])
     for text, uri in [("Open in Colab", colab),
                       ("Download the student notebook", f"{up}notebooks/student/{stem}.ipynb"),
-                      ("Download the solution notebook", f"{up}notebooks/solution/{stem}.ipynb")]:
+                      ("Download the solution notebook", f"{up}notebooks/solution/{stem}.ipynb")
+                      ][:2 if _no_solutions(app) else 3]:
         ref = nodes.reference("", text, refuri=uri, classes=["lncourse-link"])
         para += ref
         para += nodes.Text(" ")
