@@ -28,6 +28,13 @@ if ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
+# Debian's bubblewrap contains the grader's learner processes (lncourse.sandbox_contain).
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "[test] installing bubblewrap (Debian package)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap >/dev/null
+fi
 export LNCOURSE_DEVICE=${LNCOURSE_DEVICE:-cpu}
 # No widgets in executed notebooks: nobody can move a slider there, and ipywidgets' comm
 # traffic was the cause of the stall of issue 11 (see scripts/build_site.sh).

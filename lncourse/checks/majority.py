@@ -88,7 +88,9 @@ def check_norm_without_projection(fn: Callable[[Tensor], Tensor], *, hidden: boo
                   case(torch.randn(4, 9, generator=g) * 1e-3),
                   case(torch.randn(5, 21, generator=g, dtype=torch.float64))]
     run_check(fn, "norm_without_projection", ["x"], cases, reference=_no_projection,
-              mistakes=_NO_PROJECTION_MISTAKES)
+              mistakes=_NO_PROJECTION_MISTAKES, forbidden={
+                  "lncourse.majority.norm1": "this exercise asks you to write it yourself, "
+                  "not to call the chapter's norm1"})
 
 
 # ----------------------------------------------------------------- the query angle
@@ -131,7 +133,9 @@ def check_query_angle(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -
                   case(torch.randn(2, 3, 4, 16, generator=g) - 2.0),
                   case(torch.randn(20, 5, generator=g, dtype=torch.float64))]
     run_check(fn, "query_angle", ["queries"], cases, reference=_angle,
-              mistakes=_ANGLE_MISTAKES, slack=_acos_slack)
+              mistakes=_ANGLE_MISTAKES, slack=_acos_slack, forbidden={
+                  "lncourse.majority.query_angles": "this exercise asks you to write it "
+                  "yourself, not to call the chapter's query_angles"})
 
 
 # ------------------------------------------------------------ multiset attention
