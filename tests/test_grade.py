@@ -252,7 +252,7 @@ def test_an_infinite_loop_scores_zero_for_that_exercise_only(tmp_path):
     row = ",".join(str(e.points) if e.label == "ex-rms-norm" else "0" for e in ch.exercises)
     lines = (tmp_path / "grades.csv").read_text().splitlines()
     assert lines[1].startswith(f"loop,loop.ipynb,{row},{points('ex-rms-norm')},"
-                               f"{sum(e.points for e in ch.exercises)},,")
+                               f"{sum(e.points for e in ch.exercises)},solution edition,")
 
 
 def test_tampering_gains_nothing(chapter1):
@@ -268,7 +268,7 @@ def test_feedback_lists_each_failed_check_message(chapter1):
     ch, _, _, _, graded = chapter1
     text = feedback(ch, graded["mistake0"])
     assert text.startswith("# Feedback on mistake0.ipynb")
-    assert "unbiased variance (dividing by d - 1)" in text and "| 1.1 LayerNorm from f, g and h | not passed |" in text
+    assert "unbiased variance (dividing by d - 1)" in text and "| 1.1 LayerNorm from f, g and h | 0/1 | not passed |" in text
     assert "## Exercise 1.2" in text and "divide the all-ones matrix by d" in text
 
 
