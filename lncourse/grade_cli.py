@@ -1,15 +1,14 @@
-"""The grader's command line: ``python -m lncourse.grade`` (see ``lncourse.grade``)."""
+"""The grader's command line, ``python -m lncourse.grade`` (see ``lncourse.grade``): its
+options, their validation, student IDs, and writing the sheets."""
 
 from __future__ import annotations
 
 import argparse
 import csv
 import re
-import time
 from pathlib import Path
 
-from .grade import MEMORY_MB, TIMEOUT, grade
-from .grade_sheet import atomic_write, feedback, summary, write_csv, write_lms
+from .grade_sheet import atomic_write, feedback, write_csv, write_lms
 
 
 def student_ids(paths, submissions, roster=None, id_pattern=None) -> dict[str, str]:
@@ -38,7 +37,7 @@ def _positive(kind, low):
     return parse
 
 
-def _roster(path: str) -> dict[str, str]:
+def read_roster(path: str) -> dict[str, str]:
     """A roster CSV with columns ``file`` and ``student_id``."""
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -46,43 +45,38 @@ def _roster(path: str) -> dict[str, str]:
         raise SystemExit(f"{path}: a roster needs the columns file and student_id")
     return {r["file"]: r["student_id"] for r in rows}
 
-def main(argv: list[str] | None = None) -> int:
-    from .grade import __doc__ as doc
-    from .sandbox_contain import guarantees
+def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m lncourse.grade", description=doc.split("\n\n")[0])
+    p.add_argument("submissions", nargs="+", help="submitted notebooks (.ipynb)")
+    p.add_argument("--out", required=True, help="the grade sheet (CSV; merged if it exists)")
+    p.add_argument("--lms", help="also write Moodle's CSV grade import here")
+    p.add_argument("--feedback", help="folder for one Markdown feedback file per submission")
+    p.add_argument("--timeout", type=_positive(float, 0), default=timeout,
+                   help=f"seconds allowed per exercise (default {timeout:.0f})")
+    p.add_argument("--hidden", action="store_true", help="add the checks' teacher-only inputs")
+    p.add_argument("--chapter", help="the class's chapter (default: the one most "
+                                     "submissions name)")
+    p.add_argument("--memory-mb", type=_positive(int, 64), default=memory_mb,
+                   help=f"memory cap per exercise, in MB (default {memory_mb})")
+    p.add_argument("--workers", type=_positive(int, 1),
+                   help="submissions graded at once (default: CPUs, up to 4)")
+    p.add_argument("--roster", help="CSV with columns file and student_id")
+    p.add_argument("--id-pattern", help="regular expression whose first group, found in a "
+                                        "file name, is the student ID")
+    p.add_argument("--no-merge", action="store_true",
+                   help="overwrite the sheet instead of merging a regrade into it")
+    return p
 
-    parser = argparse.ArgumentParser(prog="python -m lncourse.grade",
-                                     description=doc.split("\n\n")[0])
-    parser.add_argument("submissions", nargs="+", help="submitted notebooks (.ipynb)")
-    parser.add_argument("--out", required=True, help="the grade sheet (CSV; merged if it exists)")
-    parser.add_argument("--lms", help="also write Moodle's CSV grade import here")
-    parser.add_argument("--feedback", help="folder for one Markdown feedback file per submission")
-    parser.add_argument("--timeout", type=_positive(float, 0), default=TIMEOUT,
-                        help=f"seconds allowed per exercise (default {TIMEOUT:.0f})")
-    parser.add_argument("--hidden", action="store_true",
-                        help="add the checks' teacher-only inputs")
-    parser.add_argument("--chapter", help="the class's chapter (default: the one most "
-                                          "submissions name)")
-    parser.add_argument("--memory-mb", type=_positive(int, 64), default=MEMORY_MB,
-                        help=f"memory cap per exercise, in MB (default {MEMORY_MB})")
-    parser.add_argument("--workers", type=_positive(int, 1),
-                        help="submissions graded at once (default: CPUs, up to 4)")
-    parser.add_argument("--roster", help="CSV with columns file and student_id")
-    parser.add_argument("--id-pattern", help="regular expression whose first group, found in "
-                                             "a file name, is the student ID")
-    parser.add_argument("--no-merge", action="store_true",
-                        help="overwrite the sheet instead of merging a regrade into it")
-    args = parser.parse_args(argv)
+
+def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.id_pattern:
         try:
             re.compile(args.id_pattern)
         except re.error as err:
-            parser.error(f"--id-pattern: {err}")
-    print(guarantees())
-    start = time.monotonic()
-    ch, graded = grade(args.submissions, chapter=args.chapter, hidden=args.hidden,
-                       timeout=args.timeout, memory_mb=args.memory_mb, workers=args.workers,
-                       roster=_roster(args.roster) if args.roster else None,
-                       id_pattern=args.id_pattern)
+            p.error(f"--id-pattern: {err}")
+
+
+def write_outputs(ch, graded, args: argparse.Namespace) -> None:
     write_csv(ch, graded, args.out, merge=not args.no_merge)
     if args.lms:
         write_lms(ch, graded, args.lms)
@@ -96,7 +90,3 @@ def main(argv: list[str] | None = None) -> int:
                 name += "_"
             names.add(name)
             atomic_write(folder / f"{name}.md", feedback(ch, g))
-    print(summary(ch, graded, time.monotonic() - start, args.hidden))
-    return 0
-
-
