@@ -218,6 +218,8 @@ def _run(jobs: list[_Job], workers: int) -> list[list[Outcome]]:
                 continue
             for k in range(len(job.programs)):
                 done.setdefault(k, Outcome(False, failure or "not graded"))
+            if failure is None:      # let it clean up (its learner, its folder) first
+                process.join(10)
             kill_descendants(process.pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
