@@ -273,7 +273,7 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
         if programs:
             jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide))
             where.append(g)
-    for g, job, outcomes in zip(where, jobs, _run(jobs, workers or min(os.cpu_count() or 1, 4))):
+    for g, job, outcomes in zip(where, jobs, _run(jobs, workers or min(2 * (os.cpu_count() or 1), 4))):
         for (_, e), outcome in zip(job.programs, outcomes):
             g.outcomes[e.label] = outcome
     for g in graded:   # keep the chapter's order

@@ -59,7 +59,7 @@ def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
     p.add_argument("--memory-mb", type=_positive(int, 64), default=memory_mb,
                    help=f"memory cap per exercise, in MB (default {memory_mb})")
     p.add_argument("--workers", type=_positive(int, 1),
-                   help="submissions graded at once (default: CPUs, up to 4)")
+                   help="submissions graded at once (default: twice the CPUs, up to 4)")
     p.add_argument("--roster", help="CSV with columns file and student_id")
     p.add_argument("--id-pattern", help="regular expression whose first group, found in a "
                                         "file name, is the student ID")
