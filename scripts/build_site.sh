@@ -56,4 +56,24 @@ fi
 $PY scripts/execution_report.py --cache _build/.jupyter_cache --warn-notebook 300
 rm -rf _build/html/notebooks
 cp -r _build/notebooks _build/html/notebooks
+
+# For offline readers (linked from the front page): the notebooks in one zip, and the
+# book as a PDF from Jupyter Book's LaTeX builder (the chapters are not executed again:
+# it reads the same execution cache). TeX comes from Debian, like Chromium in test.sh.
+mkdir -p _build/html/downloads
+(cd _build/notebooks && rm -f ../html/downloads/notebooks.zip \
+  && $OLDPWD/$PY -m zipfile -c ../html/downloads/notebooks.zip student solution)
+if ! command -v xelatex >/dev/null 2>&1 || ! command -v latexmk >/dev/null 2>&1; then
+  echo "[site] installing TeX for the PDF (Debian packages)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    latexmk texlive-xetex texlive-latex-extra texlive-fonts-recommended \
+    texlive-plain-generic fonts-freefont-otf >/dev/null
+fi
+pdf_start=$(date +%s)
+.venv/bin/jupyter-book build . --builder pdflatex >_build/pdf.log 2>&1 \
+  || { echo "[site] the PDF failed; see _build/pdf.log" >&2; tail -30 _build/pdf.log >&2; exit 1; }
+cp _build/latex/book.pdf _build/html/downloads/the-geometry-of-layernorm.pdf
+echo "[site] PDF built in $(( $(date +%s) - pdf_start )) s"
 echo "[site] built _build/html in $(( $(date +%s) - start )) s"
