@@ -192,10 +192,14 @@ def figure_png(fig: Figure) -> tuple[bytes, dict]:
     from PIL import Image
 
     fit_text_to_column(fig)
-    smallest = min((t.get_fontsize() for t in _texts(fig)), default=0.0) * fig.dpi / 72
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=2 * fig.dpi, bbox_inches="tight",
-                facecolor="white", metadata={PNG_TEXT_KEY: f"{smallest:.2f}"})
-    data = buffer.getvalue()
-    width, height = Image.open(io.BytesIO(data)).size
+    for _ in range(3):   # the tight bounding box may be wider than the figure: fit again
+        smallest = min((t.get_fontsize() for t in _texts(fig)), default=0.0) * fig.dpi / 72
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=2 * fig.dpi, bbox_inches="tight",
+                    facecolor="white", metadata={PNG_TEXT_KEY: f"{smallest:.2f}"})
+        data = buffer.getvalue()
+        width, height = Image.open(io.BytesIO(data)).size
+        if not smallest or smallest * min(1.0, 2 * COLUMN_PX / width) >= MIN_TEXT_PX - 0.05:
+            break
+        fit_text_to_column(fig, column_px=COLUMN_PX * fig.get_figwidth() * fig.dpi * 2 / width)
     return data, {"width": width // 2, "height": height // 2}
