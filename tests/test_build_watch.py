@@ -124,3 +124,20 @@ def test_cpu_time_counts_child_processes():
             os.kill(int(line), 9)
         child.kill()
         child.wait()
+
+
+def test_chapter_1_beside_cpu_hogs_runs_to_the_end(tmp_path, cpu_hogs, monkeypatch):
+    """A whole chapter, its heaviest cell (the folds measured on all-MiniLM-L6-v2) among
+    them, with two CPU hogs beside it and a watchdog 12 times stricter than the build's
+    (10 s without CPU use is a stall): it slows down and finishes, nothing is stopped."""
+    from conftest import ROOT
+
+    monkeypatch.setenv("LNCOURSE_NO_WIDGETS", "1")
+    monkeypatch.setenv("LNCOURSE_DEVICE", "cpu")
+    nb = jupytext.read(ROOT / "book" / "01_layernorm_geometry.md")
+    assert any("load_minilm" in c.source for c in nb.cells if c.cell_type == "code")
+    watch = Watch(tmp_path / "watch", stall_after=10.0, chapters=ROOT / "book")
+    watch.folder.mkdir()
+    err = _execute(nb, tmp_path, timeout=None, watch=watch, cwd=ROOT / "book")
+    assert err is None, err
+    assert not (watch.folder / "STALLED").exists()
