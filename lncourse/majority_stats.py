@@ -222,8 +222,8 @@ def reproduction_rows(history: dict) -> list[tuple[str, str, str, str]]:
 
 
 def markdown_table(header: tuple[str, ...], rows: list[tuple]) -> str:
-    """A GitHub-flavoured Markdown table (for ``IPython.display.Markdown``; the site renders
-    it with ``nb_render_markdown_format: gfm``) from a header and rows."""
+    """A Markdown pipe table (for ``IPython.display.Markdown``; the site parses it as MyST,
+    ``nb_render_markdown_format: myst``) from a header and rows."""
     def cell(value) -> str:   # a bare "|" (as in "|mean|") would end the cell
         return str(value).replace("\\|", "|").replace("|", "\\|")
 
