@@ -222,7 +222,11 @@ def reproduction_rows(history: dict) -> list[tuple[str, str, str, str]]:
 
 
 def markdown_table(header: tuple[str, ...], rows: list[tuple]) -> str:
-    """A Markdown table (for ``IPython.display.Markdown``) from a header and rows."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    """A Markdown pipe table (for ``IPython.display.Markdown``; the site parses it as MyST,
+    ``nb_render_markdown_format: myst``) from a header and rows."""
+    def cell(value) -> str:   # a bare "|" (as in "|mean|") would end the cell
+        return str(value).replace("\\|", "|").replace("|", "\\|")
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)

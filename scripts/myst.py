@@ -41,9 +41,12 @@ def repository(root: Path = ROOT) -> tuple[str, str]:
 def install_source(root: Path = ROOT) -> str:
     """What the notebooks' first cell gives ``pip install`` in Colab: a pip requirement.
 
-    By default the repository of ``_config.yml`` at its branch,
-    ``lncourse @ git+<repository.url>@<repository.branch>``: the same setting that the
-    site's "Open in Colab" links are made from. The environment variable
+    By default the repository of ``_config.yml`` at the commit the notebooks are generated
+    from, ``lncourse @ git+<repository.url>@<commit>`` (the checkout's ``HEAD``), so that a
+    notebook and the package it installs never disagree; the repository is the same
+    setting that the site's "Open in Colab" links are made from. Without git (a source
+    archive) the commit is unknown and the branch, ``repository.branch``, is used. The
+    environment variable
     ``LNCOURSE_INSTALL_SOURCE`` overrides it (the tests point it at a wheel built from the
     checkout, ``lncourse @ file:///.../lncourse-0.1.0-py3-none-any.whl``).
     """
@@ -53,7 +56,20 @@ def install_source(root: Path = ROOT) -> str:
     if override:
         return override
     url, branch = repository(root)
-    return f"lncourse @ git+{url}@{branch}"
+    return f"lncourse @ git+{url}@{commit(root) or branch}"
+
+
+def commit(root: Path = ROOT) -> str | None:
+    """The checkout's ``HEAD`` commit (40 hex digits), or None outside a git checkout."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = done.stdout.strip()
+    return sha if done.returncode == 0 and len(sha) == 40 else None
 
 
 def _solution_function(source: str) -> str:

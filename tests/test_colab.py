@@ -52,7 +52,10 @@ def test_install_source_is_one_setting(monkeypatch):
     notebook starts with this cell; test_colab_install_cell runs it.)"""
     monkeypatch.delenv(INSTALL_SOURCE_ENV, raising=False)
     url, branch = repository(ROOT)
-    assert install_source(ROOT) == f"lncourse @ git+{url}@{branch}"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    # pinned to the commit the notebooks come from, not the moving branch (issue 19)
+    assert install_source(ROOT) == f"lncourse @ git+{url}@{head}" and len(head) == 40
     assert json.dumps(install_source(ROOT)) in install_cell(install_source(ROOT)).source
     wheel = "lncourse @ file:///tmp/lncourse-0.1.0-py3-none-any.whl"
     monkeypatch.setenv(INSTALL_SOURCE_ENV, wheel)

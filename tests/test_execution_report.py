@@ -58,3 +58,19 @@ def test_command_line_exit_status(tmp_path, capsys):
     assert main([str(good)]) == 0
     assert main([str(good), str(stalled)]) == 1
     assert "FAIL" in capsys.readouterr().err
+
+
+def test_a_slow_notebook_is_a_warning_in_the_site_build(tmp_path, capsys, monkeypatch):
+    """Issue 19: a busy machine makes a chapter slow; with --warn-notebook (the site build)
+    a notebook over its budget is a warning and the build goes on; a stall still fails."""
+    import execution_report
+
+    monkeypatch.setattr(execution_report, "cached_seconds",
+                        lambda cache: {"02_unselectable_keys.ipynb": 416.0})
+    assert main(["--cache", str(tmp_path), "--warn-notebook", "300"]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING 02_unselectable_keys.ipynb: took 416 s" in err and "FAIL" not in err
+    assert main(["--cache", str(tmp_path), "--max-notebook", "300"]) == 1   # as before
+    stalled = tmp_path / "stalled.ipynb"
+    nbformat.write(_notebook([(0.0, 1.0), (61.0, 62.0)]), stalled)
+    assert main([str(stalled), "--warn-notebook", "300"]) == 1

@@ -110,3 +110,14 @@ def test_paired_rows_subtract_b_from_a_per_seed():
     mean, low, high = S.paired_interval(np.array([2.0, 3.0, 1.0]))
     assert rows[0] == ("`a` − `b`", f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]")
     assert rows[1][1].startswith(f"{-mean:+.2f} [{-high:+.2f}, ")
+
+
+def test_markdown_table_escapes_bare_pipes():
+    """Issue 19: a header "|mean| of output" ended its cell early and the table rendered
+    as raw text; every cell's "|" is escaped (once)."""
+    from lncourse.majority_stats import markdown_table
+
+    text = markdown_table(("variant", "|mean| of output"), [("a", "x \\| y")])
+    assert text.splitlines()[0] == "| variant | \\|mean\\| of output |"
+    assert text.splitlines()[2] == "| a | x \\| y |"
+    assert all(line.replace("\\|", "").count("|") == 3 for line in text.splitlines())

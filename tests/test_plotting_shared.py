@@ -120,3 +120,34 @@ def test_without_a_front_end_no_widget_is_built(monkeypatch):
     assert isinstance(fig, Figure) and calls == [(0.7, 2.5, "y")]
     monkeypatch.setenv("LNCOURSE_NO_WIDGETS", "0")
     assert plotting.widgets_enabled()
+
+
+def test_figure_png_is_sharp_and_its_text_readable_in_the_column():
+    """Issue 19: PNGs were 1x, and a figure wider than the column had its text shrunk to
+    about 7.5 px. figure_png draws at 2x with 1x size metadata, and enlarges the text of
+    a wide figure so that, shrunk to the column, none is under MIN_TEXT_PX."""
+    import io
+
+    from PIL import Image
+
+    from lncourse.plotting.style import COLUMN_PX, MIN_TEXT_PX, PNG_TEXT_KEY, figure_png
+
+    for width in (6.4, 12.0):
+        fig, axes = figure_and_axes(n=2, width=width, height=3.0)
+        for a in axes:
+            a.plot([0, 1], [0, 1], label="a line")
+            a.set_xlabel("x")
+            a.legend()
+        data, meta = figure_png(fig)
+        image = Image.open(io.BytesIO(data))
+        assert image.size[0] in (2 * meta["width"], 2 * meta["width"] + 1)
+        shown = min(1.0, COLUMN_PX / meta["width"])         # the site shrinks it to fit
+        assert float(image.text[PNG_TEXT_KEY]) * shown >= MIN_TEXT_PX - 0.05, (width, shown)
+
+
+def test_wide_multi_panel_figures_wrap_into_rows_of_two():
+    fig, axes = figure_and_axes(n=3, width=12.6, height=3.6)
+    assert len(axes) == 3 and len(fig.axes) == 3
+    assert fig.get_figwidth() == pytest.approx(8.4) and fig.get_figheight() == pytest.approx(7.2)
+    fig, axes = figure_and_axes(n=3, width=6.0)           # fits: side by side
+    assert fig.get_figwidth() == pytest.approx(6.0)

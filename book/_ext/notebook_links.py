@@ -78,8 +78,46 @@ def _tidy_assets(app, pagename, templatename, context, doctree) -> None:
             context[key] = [a for a in context[key] if keep(a)]
 
 
+# MathJax files a page of this book can load: the TeX-to-CommonHTML combined component,
+# the TeX extensions it autoloads, its fonts, and the accessibility tools of its menu.
+MATHJAX_KEEP = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts", "a11y", "sre",
+                "ui")
+FONTAWESOME_JS = re.compile(r'<script[^>]*src="[^"]*scripts/fontawesome\.js[^"]*"[^>]*>\s*</script>\s*')
+
+
+def _trim_site(app, exception) -> None:
+    """Page weight and accessibility (issue 19): drop the theme's 1.5 MB fontawesome.js (the same icons come
+    from the theme's CSS web fonts, which every page loads anyway), the source maps, and
+    every MathJax file outside MATHJAX_KEEP (24 MB of the 34 MB deployed were unused)."""
+    import shutil
+    from pathlib import Path
+
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    for page in out.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        # docutils marks bibliography entries role="doc-biblioentry", deprecated in ARIA and
+        # not allowed in its role="list" (axe-core: 27 findings on the bibliography page)
+        trimmed = FONTAWESOME_JS.sub("", text).replace('role="doc-biblioentry"', 'role="listitem"')
+        if trimmed != text:
+            page.write_text(trimmed, encoding="utf-8")
+    for path in [*(out / "_static").rglob("*.js.map"), out / "_static" / "scripts" / "fontawesome.js"]:
+        path.unlink(missing_ok=True)
+    mathjax = out / "_static" / "mathjax"
+    if not (mathjax / "tex-chtml.js").exists():
+        return
+    keep = [mathjax / k for k in MATHJAX_KEEP]
+    for path in sorted(mathjax.rglob("*"), reverse=True):
+        inside = any(path == k or k in path.parents for k in keep)
+        above = any(path in k.parents for k in keep)
+        if not inside and not above:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
 def setup(app):
     app.connect("html-page-context", _tidy_assets)
+    app.connect("build-finished", _trim_site)
     app.add_config_value("lncourse_notebook_branch", "gh-pages", "html")
     app.connect("doctree-read", _links)
     app.add_css_file("lncourse.css")

@@ -20,5 +20,5 @@ from .selectability import (  # noqa: F401
 )
 from .interactive import interactive_figure, widgets_enabled  # noqa: F401
 from .style import (  # noqa: F401
-    COLORS, SERIES, band, blank_figure, figure_and_axes, new_figure, use_style,
+    COLORS, SERIES, band, blank_figure, figure_and_axes, legend_below, new_figure, use_style,
 )

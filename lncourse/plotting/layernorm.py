@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from .interactive import interactive_figure
 from .space3d import draw_ones, draw_plane, frame_3d, plane_basis
-from .style import COLORS, figure_and_axes
+from .style import COLORS, figure_and_axes, legend_below
 
 __all__ = ["ln_pipeline_3d", "plane_to_two_points", "ellipse_in_plane", "variance_errors",
            "attention_inputs", "folding_errors", "explore_ln_3d"]
@@ -111,7 +111,7 @@ def variance_errors(offsets, errors: dict[str, np.ndarray], ax: Axes | None = No
     ax.set_yscale("log")
     ax.set_xlabel("mean of the vector (offset), its spread fixed at 1")
     ax.set_ylabel("relative error of the variance")
-    ax.legend(ncol=2)
+    legend_below(ax, ncol=2)
     return fig
 
 

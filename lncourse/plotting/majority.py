@@ -8,7 +8,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from .space3d import draw_ones, draw_plane, frame_3d
-from .style import COLORS, band, figure_and_axes
+from .style import COLORS, band, figure_and_axes, legend_below
 
 __all__ = ["VARIANT_LABELS", "majority_curves", "keys_queries_3d", "steps_to_accuracy",
            "effects_forest", "grid_summary"]
@@ -56,7 +56,7 @@ def majority_curves(step, curves: dict[str, np.ndarray], ylabel: str,
         ax.set_yscale("log")
     ax.set_xlabel("training step")
     ax.set_ylabel(ylabel)
-    ax.legend()
+    legend_below(ax, ncol=2)
     return fig
 
 
@@ -98,7 +98,7 @@ def keys_queries_3d(panels: dict[str, tuple[np.ndarray, np.ndarray]],
                         markersize=3, markevery=[1], label=name if j == 0 else None)
         frame_3d(ax, radius, elev, azim, title, labels=("x", "y", "z"))
         if k == 0:
-            ax.legend(loc="upper left")
+            legend_below(ax, ncol=2)
     return fig
 
 

@@ -52,11 +52,14 @@ def cumulative_attention(mean_weights, positions=None, ax: Axes | None = None) -
     for i, m in enumerate(positions):
         n = np.arange(1, m + 1)
         color = SERIES[i % len(SERIES)]
-        ax.plot(n, np.cumsum(w[m - 1, :m]), lw=1.5, color=color, label=f"query m = {m}")
-        ax.plot(n, n / m, lw=0.8, ls="--", color=color)
+        ax.plot(n, np.cumsum(w[m - 1, :m]), lw=2.0, color=color, label=f"query m = {m}",
+                alpha=0.85)
+        # uniform attention over m keys, drawn on top in ink so it shows where it coincides
+        ax.plot(n, n / m, lw=1.0, ls=(0, (4, 3)), color=COLORS["ink"], zorder=3,
+                label="uniform over m keys" if i == 0 else None)
     ax.set_xlabel("key position n")
     ax.set_ylabel("cumulative attention weight")
-    ax.legend(title="dashed: uniform")
+    ax.legend()
     return fig
 
 

@@ -84,6 +84,10 @@ def unselectable_heatmaps(ns, ds, panels: dict, reference: dict | None = None,
         ax.set_xlabel("number of keys n")
         ax.set_ylabel("dimension d")
         ax.grid(False)
+        if np.ptp(np.asarray(values, dtype=float)) == 0:   # one value everywhere: say so
+            ax.text(0.5, 0.5, f"{float(np.asarray(values).flat[0]):g} in every cell",
+                    transform=ax.transAxes, ha="center", va="center", fontsize=11,
+                    bbox=dict(fc=COLORS["background"], lw=0, pad=4))
         if reference and ax is axes[0]:
             for (d, n), val in reference.items():
                 ax.text(n, d, f"{val:.2f}", color=COLORS["background"], ha="center",

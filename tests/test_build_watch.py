@@ -1,0 +1,143 @@
+"""The site build slows down on a busy machine but never fails from it (issue 19).
+
+- The ``ZMQError: Socket operation on non-socket`` of the failed builds is what ipykernel 7
+  logs when nbclient's cell timeout fires on a cell that is still running: it is the
+  timeout's effect, not a stall's cause.
+- ``scripts/build_watch.py`` stops a kernel that idles with a cell pending, naming the
+  chapter and the cell, and leaves a busy kernel alone however long it takes, with CPU
+  hogs beside it.
+"""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import jupytext
+import nbformat
+import pytest
+
+from build_watch import Watch, _cpu_seconds, install_hook, tree_cpu_seconds   # scripts/ (see conftest.py)
+
+pytestmark = pytest.mark.notebooks   # starts kernels; runs after the lanes (scripts/test.sh)
+
+
+def _execute(nb, tmp_path, timeout=120, watch=None, cwd=None):
+    """Run ``nb`` with nbclient in a kernel that reports to ``watch`` (a Watch), looking
+    every second; returns the exception nbclient raised, or None."""
+    from nbclient import NotebookClient
+
+    ipython_dir = tmp_path / "ipython"
+    install_hook(ipython_dir)
+    env = {"IPYTHONDIR": str(ipython_dir),
+           "LNCOURSE_WATCH_DIR": str(watch.folder) if watch else ""}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    done = threading.Event()
+
+    def look():
+        while not done.wait(1.0):
+            watch.check()
+
+    looker = threading.Thread(target=look, daemon=True)
+    if watch:
+        looker.start()
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(cwd or tmp_path)}}).execute()
+        return None
+    except Exception as err:  # noqa: BLE001 (the test inspects it)
+        return err
+    finally:
+        done.set()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _chapter(tmp_path, *cells):
+    """A one-chapter book (``01_demo.md``) whose code cells are ``cells``."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Demo")]
+                                  + [nbformat.v4.new_code_cell(c) for c in cells])
+    book = tmp_path / "book"
+    book.mkdir()
+    jupytext.write(nb, book / "01_demo.md", fmt="md:myst")
+    return jupytext.read(book / "01_demo.md"), book
+
+
+@pytest.fixture
+def cpu_hogs():
+    """Two CPU-bound processes beside the test, as in the issue's reproduction."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield hogs
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+def test_the_zmqerror_is_what_a_cell_timeout_leaves(tmp_path, capfd):
+    """Root cause of issue 19's ZMQError, on a quiet machine: a cell that outlives
+    nbclient's timeout. nbclient gives up and asks the kernel to shut down; ipykernel 7
+    closes the shell channel's sockets; the cell then ends and its reply fails."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time; time.sleep(8)")])
+    err = _execute(nb, tmp_path, timeout=4)
+    assert type(err).__name__ == "CellTimeoutError"
+    assert "Socket operation on non-socket" in capfd.readouterr().err
+
+
+def test_a_stalled_cell_is_stopped_and_named(tmp_path):
+    nb, book = _chapter(tmp_path, "x = 1", "import threading\nthreading.Event().wait()  # never set")
+    watch = Watch(tmp_path / "watch", stall_after=4.0, chapters=book)
+    watch.folder.mkdir()
+    start = time.time()
+    err = _execute(nb, tmp_path, timeout=90, watch=watch)
+    assert err is not None and type(err).__name__ == "DeadKernelError", err
+    assert time.time() - start < 60, "the stall was caught long before the cell timeout"
+    stalled = (watch.folder / "STALLED").read_text()
+    assert "01_demo.md, cell 2 (`import threading`)" in stalled and "no CPU" in stalled
+
+
+def test_a_busy_cell_beside_cpu_hogs_is_left_to_finish(tmp_path, cpu_hogs):
+    """Slow is not stalled: a cell computing for three times the stall threshold, on a
+    machine with two CPU hogs, runs to the end."""
+    nb, book = _chapter(tmp_path, "import time\nt = time.time()\nwhile time.time() - t < 12:\n"
+                        "    sum(range(10000))")
+    watch = Watch(tmp_path / "watch", stall_after=4.0, chapters=book)
+    watch.folder.mkdir()
+    assert _execute(nb, tmp_path, timeout=300, watch=watch) is None
+    assert not (watch.folder / "STALLED").exists()
+
+
+def test_cpu_time_counts_child_processes():
+    child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run("
+                              "[sys.executable, '-c', 'while True: pass'])"])
+    try:
+        time.sleep(3.0)
+        # the grandchild's CPU counts (the child itself only waits)
+        assert tree_cpu_seconds(child.pid) - _cpu_seconds(child.pid) > 0.1
+    finally:
+        for line in subprocess.run(["pgrep", "-P", str(child.pid)], capture_output=True,
+                                   text=True).stdout.split():
+            os.kill(int(line), 9)
+        child.kill()
+        child.wait()
+
+
+def test_chapter_1_beside_cpu_hogs_runs_to_the_end(tmp_path, cpu_hogs, monkeypatch):
+    """A whole chapter, its heaviest cell (the folds measured on all-MiniLM-L6-v2) among
+    them, with two CPU hogs beside it and a watchdog 12 times stricter than the build's
+    (10 s without CPU use is a stall): it slows down and finishes, nothing is stopped."""
+    from conftest import ROOT
+
+    monkeypatch.setenv("LNCOURSE_NO_WIDGETS", "1")
+    monkeypatch.setenv("LNCOURSE_DEVICE", "cpu")
+    nb = jupytext.read(ROOT / "book" / "01_layernorm_geometry.md")
+    assert any("load_minilm" in c.source for c in nb.cells if c.cell_type == "code")
+    watch = Watch(tmp_path / "watch", stall_after=10.0, chapters=ROOT / "book")
+    watch.folder.mkdir()
+    err = _execute(nb, tmp_path, timeout=None, watch=watch, cwd=ROOT / "book")
+    assert err is None, err
+    assert not (watch.folder / "STALLED").exists()

@@ -1,0 +1,29 @@
+"""The site's Sphinx extensions (book/_ext), without building the site."""
+
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+
+from figure_text import PATHLIKE, alt_text, without_glue  # noqa: E402
+
+
+def test_alt_text_is_the_captions_first_sentence():
+    caption = ("Relative error of the variance of 64-dimensional vectors, as their mean "
+               "grows. The one-pass formula (dashed) loses all its digits.")
+    assert alt_text(caption) == ("Relative error of the variance of 64-dimensional "
+                                 "vectors, as their mean grows")
+    assert alt_text("Keys (red), e.g. two. Then more.") == "Keys (red), e.g. two"
+    long = alt_text("word " * 100)
+    assert len(long) <= 201 and long.endswith("…")
+    assert PATHLIKE.search("../_images/0a1b2c.png") and not PATHLIKE.search(alt_text(caption))
+
+
+def test_glue_calls_are_dropped_from_the_shown_code():
+    source = ('x = 1\nglue("a", x,\n     display=False)\n'
+              'for k in (1, 2):\n    glue(f"p{k}", k, display=False)\nprint(x)\n'
+              'for k in (1, 2):\n    print(k)\n')
+    assert without_glue(source) == "x = 1\nprint(x)\nfor k in (1, 2):\n    print(k)"
+    assert without_glue('glue("a", 1, display=False)\n') == ""
+    assert without_glue("glue = 3\nprint(glue)") == "glue = 3\nprint(glue)"
