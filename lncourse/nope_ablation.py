@@ -147,21 +147,37 @@ def table(results: list[dict], rows=None) -> dict[str, list[tuple[float, float, 
 def main(argv: list[str] | None = None) -> Path:
     """Run seed by seed (each finished seed is kept in a checkpoint and stored at once:
     the table's errors and held-out predictions, with provenance)."""
-    args = run_arguments("lncourse.nope_ablation", "The probe ablation of chapter 4.",
-                         PRESETS).parse_args(argv)
+    parser = run_arguments("lncourse.nope_ablation", "The probe ablation of chapter 4.",
+                           PRESETS)
+    parser.add_argument("--only-seed", type=int, default=None,
+                        help="compute this seed alone (runs in parallel, one per process)")
+    args = parser.parse_args(argv)
     cfg = PRESETS[args.preset]()
     ck = RESULTS_DIR / "checkpoints" / f"nope_ablation_{args.preset}.pt"
-    started = run_started(ck, command_line("lncourse.nope_ablation", argv))
+    started = run_started(ck, command_line("lncourse.nope_ablation", [
+        a for a in (argv if argv is not None else __import__("sys").argv[1:])
+        if not a.startswith("--only-seed")]))
     config = dataclasses.asdict(cfg)
     done = torch.load(ck, weights_only=False) if ck.exists() else {"config": config, "runs": []}
     if done["config"] != config:
         raise ValueError(f"{ck} holds another configuration; delete it to start afresh")
-    for seed in cfg.seeds[len(done["runs"]):]:
-        done["runs"].append(ablate_seed(cfg, seed))
+    for seed in cfg.seeds:
+        if seed in [r["seed"] for r in done["runs"]]:
+            continue
+        one = ck.with_name(f"{ck.stem}_seed{seed}.pt")     # a seed run in its own process
+        if one.exists():
+            done["runs"].append(torch.load(one, weights_only=False))
+        elif args.only_seed in (None, seed):
+            done["runs"].append(ablate_seed(cfg, seed))
+            torch.save(done["runs"][-1], one)
+        else:
+            continue
+        done["runs"].sort(key=lambda r: cfg.seeds.index(r["seed"]))
         ck.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(done, ck)
-        _store(cfg, done, args, started)
-    return _store(cfg, done, args, started)
+        if args.only_seed is None:
+            torch.save(done, ck)
+            _store(cfg, done, args, started)
+    return _store(cfg, done, args, started) if args.only_seed is None else ck
 
 
 def _store(cfg: AblationConfig, done: dict, args, started: dict) -> Path:
