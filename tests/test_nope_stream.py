@@ -148,3 +148,33 @@ def test_stored_ablation_recomputes_from_predictions():
             assert mae == pytest.approx(nope_stream.errors(preds[f"{r['seed']}_{row}"], T),
                                         abs=1e-9), (r["seed"], row)
     assert set(stored["runs"][0]["mae"]) == set(nope_ablation.ROWS) | {"base_bfloat16"}
+
+
+def test_ablation_claims_check_each_hypothesis_at_the_deepest_probe():
+    rows = list(nope_ablation.ROWS) + ["base_bfloat16"]
+
+    def run(seed, shift):
+        mae = {row: [128.0, 100.0 + seed, 90.0 + seed] for row in rows}
+        for row, delta in shift.items():
+            mae[row] = [m + delta + 0.1 * seed for m in mae[row]]
+        return {"seed": seed, "mae": mae}
+
+    shift = {"64_positions": 10, "quarter_sequences": 0.05, "before_final_ln": -20,
+             "variance_feature": 5, "regression": 3, "base_bfloat16": 0.5}
+    abl = {"config": {"depths": [0, 6, 12]}, "runs": [run(s, shift) for s in range(3)]}
+    got = {c.key: c.holds for c in nope_verdict.ablation_claims(abl)}
+    assert got == {"ablation_64_positions": True, "ablation_quarter_sequences": False,
+                   "ablation_before_final_ln": True, "ablation_variance_feature": False,
+                   "ablation_regression": True, "ablation_base_bfloat16": True}
+    one = {"config": {"depths": [0, 6, 12]}, "runs": [run(0, shift)]}
+    assert all(c.holds is None for c in nope_verdict.ablation_claims(one))
+
+
+def test_verdict_on_the_first_stored_probe_is_a_null_result():
+    """The chapter reports the first stored run (regression probe, 64 positions) as not
+    reproducing Figure 2: no trend with depth, not below the baseline."""
+    from lncourse.results import load_result
+    got = {c.key: c for c in nope_verdict.claims(load_result("nope/probe_paper"), key="mae")}
+    assert got["falls_with_depth"].holds is False and got["below_baseline"].holds is False
+    s = nope_verdict.summary(load_result("nope/probe_paper"), key="mae")["causal"]
+    assert s["mean_1_to_K"][1] < 128 < s["mean_1_to_K"][2] and s["seeds"] == 5
