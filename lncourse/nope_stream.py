@@ -134,8 +134,11 @@ def train_model(cfg: StreamConfig, seed: int, causal: bool, state: dict | None =
 
     ``state`` (from ``on_checkpoint(state)``, called every ``every`` batches) resumes an
     interrupted model exactly: minibatches are drawn from per-batch random streams.
-    Returns ``pred_classifier`` and ``pred_regression`` (K + 1, eval_seqs * T) int16,
-    ``mae_classifier`` and ``mae_regression`` (per depth), ``first_losses``, ``seconds``.
+    Returns ``pred_classifier`` and ``pred_regression`` (K + 1, eval_seqs * T) int16 and
+    ``mae_classifier`` and ``mae_regression`` (per depth), from float32 held-out features;
+    with ``cfg.dtype`` bfloat16 also ``pred_*_bfloat16`` and ``mae_*_bfloat16`` from
+    bfloat16 held-out features (what the lower precision moves); ``first_losses``
+    (per-depth losses of the first 3 updates) and ``seconds``.
     """
     check_seed(seed)
     T, K1 = cfg.seq_len, cfg.n_layers + 1
