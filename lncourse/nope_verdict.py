@@ -16,7 +16,8 @@ import numpy as np
 from .majority_stats import paired_interval
 from .majority_verdict import Claim
 
-__all__ = ["summary", "depth_slope", "claims", "ablation_claims", "HYPOTHESES"]
+__all__ = ["summary", "depth_slope", "claims", "ablation_claims", "below_baseline_claims",
+           "uniform_guess", "HYPOTHESES"]
 
 
 def depth_slope(mae) -> float:
@@ -103,6 +104,30 @@ HYPOTHESES = {
     "base_bfloat16": ("Held-out features computed in bfloat16 leave the error unchanged "
                       "(within 2 positions)", "same"),
 }
+
+
+def uniform_guess(seq_len: int) -> float:
+    """MAE of guessing a position uniformly at random: (L² - 1) / (3L), 170.7 at L = 512
+    (what a classifier that learned nothing does with its argmax; guessing the middle
+    gives L / 4)."""
+    return (seq_len ** 2 - 1) / (3 * seq_len)
+
+
+def below_baseline_claims(ablation: dict) -> list[Claim]:
+    """Per ablation row: is its error at the deepest probe below guessing the middle
+    (the 95% interval over seeds entirely below it)?"""
+    runs, depths = ablation["runs"], ablation["config"]["depths"]
+    base = ablation["baseline"]
+    out = []
+    for row in runs[0]["mae"]:
+        v = np.array([r["mae"][row][-1] for r in runs])
+        if len(v) < 2:
+            out.append(Claim(f"below_{row}", f"{row}: too few seeds (INCOMPLETE).", None))
+            continue
+        e = paired_interval(v)
+        out.append(Claim(f"below_{row}", f"{row} at depth {depths[-1]}: {_ci(e)} against "
+                         f"{base:.0f} for guessing the middle.", bool(e[2] < base)))
+    return out
 
 
 def ablation_claims(ablation: dict) -> list[Claim]:

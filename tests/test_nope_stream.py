@@ -178,3 +178,14 @@ def test_verdict_on_the_first_stored_probe_is_a_null_result():
     assert got["falls_with_depth"].holds is False and got["below_baseline"].holds is False
     s = nope_verdict.summary(load_result("nope/probe_paper"), key="mae")["causal"]
     assert s["mean_1_to_K"][1] < 128 < s["mean_1_to_K"][2] and s["seeds"] == 5
+
+
+def test_below_baseline_claims_and_the_uniform_guess():
+    L = 512
+    a = np.arange(L)
+    assert nope_verdict.uniform_guess(L) == pytest.approx(np.abs(a[:, None] - a).mean())
+    runs = [{"seed": s, "mae": {"base": [170.0, 160.0 + s], "regression": [128.0, 110.0 + s],
+                                "edge": [128.0, 125.0 + 2 * s]}} for s in range(3)]
+    abl = {"config": {"depths": [0, 12]}, "runs": runs, "baseline": 128.0}
+    got = {c.key: c.holds for c in nope_verdict.below_baseline_claims(abl)}
+    assert got == {"below_base": False, "below_regression": True, "below_edge": False}
