@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,9 +155,12 @@ def main(argv: list[str] | None = None) -> Path:
     args = parser.parse_args(argv)
     cfg = PRESETS[args.preset]()
     ck = RESULTS_DIR / "checkpoints" / f"nope_ablation_{args.preset}.pt"
+    words = list(argv if argv is not None else sys.argv[1:])
+    if "--only-seed" in words:                 # the run's command, without the seed option
+        i = words.index("--only-seed")
+        words = words[:i] + words[i + 2:]
     started = run_started(ck, command_line("lncourse.nope_ablation", [
-        a for a in (argv if argv is not None else __import__("sys").argv[1:])
-        if not a.startswith("--only-seed")]))
+        w for w in words if not w.startswith("--only-seed=")]))
     config = dataclasses.asdict(cfg)
     done = torch.load(ck, weights_only=False) if ck.exists() else {"config": config, "runs": []}
     if done["config"] != config:
