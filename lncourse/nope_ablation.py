@@ -16,7 +16,6 @@ Shapes: D depths, n positions, d ``d_model``, T ``seq_len``.
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import time
 from dataclasses import dataclass
