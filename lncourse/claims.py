@@ -68,7 +68,7 @@ def flatten(tree, prefix: str = "") -> dict:
     join = (lambda k: f"{prefix}/{k}") if prefix else str
     if isinstance(tree, Claim):
         out[join("text")] = tree.text
-        out[join("holds")] = tree.holds
+        out[join("holds")] = None if tree.holds is None else bool(tree.holds)
         out.update(flatten(tree.values, join("values")))
     elif isinstance(tree, dict):
         for k, v in tree.items():
