@@ -103,12 +103,14 @@ def compare(computed: dict, stored: dict, rtol: float = 1e-7, atol: float = 1e-1
 
 
 def write_ledger(path: str | Path, computed: dict, config: dict, command: str,
-                 allow_dirty: bool = False) -> Path:
-    """Write the ledger of a chapter's reported numbers (with provenance) to ``path``."""
+                 wall_seconds: float = 0.0, allow_dirty: bool = False) -> Path:
+    """Write the ledger of a chapter's reported numbers (with provenance: ``command``, the
+    commit, ``wall_seconds`` of the recomputation) to ``path``; refused from a modified
+    checkout unless ``allow_dirty``."""
     from .results import _git_commit, store_run
 
-    started = {"command": command, "git_commit": _git_commit()}
-    return store_run(path, {"config": config, "numbers": flatten(computed)}, "cpu", 0.0,
+    started = {"command": command.strip(), "git_commit": _git_commit()}
+    return store_run(path, {"config": config, "numbers": flatten(computed)}, "cpu", wall_seconds,
                      started, device_note="computed from stored results",
                      allow_dirty=allow_dirty)
 

@@ -18,6 +18,7 @@ and ``tests/test_majority_report.py`` recomputes them and compares (see
 from __future__ import annotations
 
 import argparse
+import time
 
 import numpy as np
 
@@ -150,13 +151,15 @@ def main(argv: list[str] | None = None):
     parser.add_argument("--allow-dirty", action="store_true",
                         help="write from a modified checkout (refused otherwise)")
     args = parser.parse_args(argv)
+    t0 = time.perf_counter()
     runs = load_runs()
     sources = {"paper": "majority/paper.json", "grids": ["majority/grid_b500.json",
                "majority/grid_b6000.json"], "three_d": "majority/three_d.json",
                "data_seeds": [f"majority/data_seed{k}.json" for k in runs["data_seeds"]]}
-    return write_ledger(RESULTS_DIR / f"{LEDGER}.json", reported(**runs),
-                        {"sources": sources}, command_line("lncourse.majority_report", argv),
-                        allow_dirty=args.allow_dirty)
+    numbers = reported(**runs)
+    return write_ledger(RESULTS_DIR / f"{LEDGER}.json", numbers, {"sources": sources},
+                        command_line("lncourse.majority_report", argv),
+                        time.perf_counter() - t0, allow_dirty=args.allow_dirty)
 
 
 if __name__ == "__main__":
