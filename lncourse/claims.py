@@ -49,6 +49,10 @@ class Claim:
     holds: bool | None
     values: dict = field(default_factory=dict)
 
+    def __post_init__(self):   # a numpy bool from a comparison becomes a plain one
+        if self.holds is not None:
+            object.__setattr__(self, "holds", bool(self.holds))
+
 
 def _number(x):
     if isinstance(x, (bool, np.bool_)):

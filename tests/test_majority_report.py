@@ -148,3 +148,23 @@ def test_stored_snapshots_give_the_stored_accuracies(path):
         np.testing.assert_allclose(np.asarray(paper["test_acc"])[:n], acc, atol=1e-6)
         np.testing.assert_allclose(np.asarray(paper["train_loss"])[:n],
                                    np.asarray(run["train_loss"]), rtol=1e-5)
+
+
+def test_data_seed_claim_pending_then_computed_and_can_fail(runs):
+    """Pending without both other datasets or before step 5,000; with them, it holds when
+    the released variant is slower on every dataset, and not when it is not on one."""
+    from lncourse.majority_claims import data_seed_claim
+
+    paper = runs["paper"]
+    assert data_seed_claim(paper, {}).holds is None
+    short = copy.deepcopy(paper)
+    short["step"] = short["step"][:11]
+    assert data_seed_claim(paper, {1: short, 2: paper}).holds is None
+    same = data_seed_claim(paper, {1: paper, 2: paper})     # three copies of one dataset
+    assert same.holds is True and "data seed 2" in same.text
+    flipped = copy.deepcopy(paper)
+    acc = np.asarray(flipped["test_acc"])
+    cols = [m for m, v in enumerate(flipped["variant"]) if v == "no_projection_released"]
+    acc[1:, cols] = np.clip(acc[1:, cols] + 0.3, 0, 1)
+    flipped["test_acc"] = acc.tolist()
+    assert data_seed_claim(paper, {1: paper, 2: flipped}).holds is False
