@@ -140,8 +140,8 @@ def claims(paper: dict, grids: dict[int, dict], three_d: dict,
     at_small = effects["projection_at_released_scale"]
     at_paper = effects["projection_at_paper_scale"]
     out.append(Claim("projection_at_each_scale",
-                     f"At either scale alone the projection gains at most a fifth of the "
-                     f"scale's effect: {_ci(at_paper)} at √d (LayerNorm against the paper's "
+                     f"At either scale alone the projection gains less than {NEGLIGIBLE:.0%} "
+                     f"of the scale's effect: {_ci(at_paper)} at √d (LayerNorm against the paper's "
                      f"no-projection) and {_ci(at_small)} at 1/√d (the control against the "
                      f"released variant).", at_paper[2] < small and at_small[2] < small))
 
@@ -202,8 +202,8 @@ def claims(paper: dict, grids: dict[int, dict], three_d: dict,
                 f"{'; '.join(_ci(e80[lr]['projection'], fmt) for lr in lrs)}).")
         if open_cells:
             text += (f" At lr {', '.join(f'{lr:g}' for lr in open_cells)} the intervals on "
-                     "steps to 90% are too wide to rule out a saving of a fifth of the "
-                     "scale's effect: some seeds take several times as long as others, or "
+                     f"steps to 90% are too wide to rule out a saving of {NEGLIGIBLE:.0%} of "
+                     "the scale's effect: some seeds take several times as long as others, or "
                      "never get there (counted at the last step).")
         out.append(Claim(f"grid_b{batch}", text, scale_wins and never_faster))
 
