@@ -51,12 +51,15 @@ RESULTS_DIR = _results_dir()
 
 
 def _git_commit() -> str:
-    """The checkout's commit, with ``+dirty`` if tracked files differ from it."""
+    """The checkout's commit, with ``+dirty`` if tracked files differ from it. Checkpoints
+    (``results/checkpoints/``) do not count: a run committed there to be resumed keeps
+    rewriting its own checkpoint, which changes no code and no stored result."""
     root = Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                                 text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", ":(exclude)results/checkpoints"],
                                cwd=root, capture_output=True, text=True, check=True,
                                timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
