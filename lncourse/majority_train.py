@@ -30,6 +30,7 @@ from torch import Tensor
 from . import majority
 from . import multiset_fused as FUSED
 from .majority_config import MajorityConfig
+from .majority_snapshots import SnapshotRecorder
 from .checkpoint import load_checkpoint, save_checkpoint
 from .progress import progress
 from .results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
@@ -178,7 +179,9 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     ``train_loss`` (mean training batch loss since the previous evaluation; at step 0
     the loss of the first batch), ``test_acc`` (per token) and ``query_angle`` (mean
     angle in degrees of the effective queries to 1 over the test tokens); ``trace``, the
-    loss of each of the first steps; ``final_params``.
+    loss of each of the first steps; ``final_params``; ``snapshots``, every model's
+    parameters at the reported steps and around its crossings of 80% and 90% (see
+    :mod:`lncourse.majority_snapshots`).
 
     With ``checkpoint_path``, the state is saved at every evaluation and an existing
     checkpoint of the same configuration is resumed: the history comes out the same as
@@ -231,6 +234,7 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
         _record(history, 0, loss0, *_evaluate(params, variants, data))
         if checkpoint_path:
             checkpoint(0)
+    snapshots = SnapshotRecorder(history, params, history["step"][-1])
 
     bar = progress(range(start, config.steps), total=config.steps, initial=start,
                    desc="majority", disable=not show_progress)
@@ -251,6 +255,7 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
             _raise_if_not_finite(loss_sum, done, config)
             acc, angle = _evaluate(params, variants, data)
             _record(history, done, loss_sum / (done - history["step"][-1]), acc, angle)
+            snapshots.at_evaluation(done, params, config.steps)
             loss_sum.zero_()
             if checkpoint_path:
                 checkpoint(done)
@@ -267,7 +272,9 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
 PRESETS = {"paper": MajorityConfig.paper, "quick": MajorityConfig.quick,
            "three_d": MajorityConfig.three_d,
            "grid_b500": lambda: MajorityConfig.grid(500),
-           "grid_b6000": lambda: MajorityConfig.grid(6000)}
+           "grid_b6000": lambda: MajorityConfig.grid(6000),
+           "data_seed1": lambda: MajorityConfig.other_data(1),
+           "data_seed2": lambda: MajorityConfig.other_data(2)}
 
 
 def _partial_history(config: MajorityConfig, checkpoint: Path) -> dict:
@@ -311,7 +318,8 @@ def main(argv: list[str] | None = None) -> Path:
                         show_progress=not args.quiet)
     # an export did not train: the run's thread count is unknown
     return store_run(out, history, args.device, history.pop("seconds"), started,
-                     "partial export; threads not recorded" if args.export_partial else None)
+                     "partial export; threads not recorded" if args.export_partial else None,
+                     allow_dirty=args.allow_dirty)
 
 
 if __name__ == "__main__":

@@ -6,35 +6,28 @@ the stored results support it. The chapter prints the claims; a test checks that
 one holds, so the prose cannot outlive its evidence.
 
 The yardstick for "small" is the scale's main effect: an effect is called negligible when
-the data rule it out beyond a fifth of that (two one-sided t tests at the 5% level).
+the data rule it out beyond :data:`lncourse.majority_claims.NEGLIGIBLE` of that (two
+one-sided t tests at the 5% level); that constant carries its rationale, and the verdict
+reports the equivalence result against it. The claims are
+:class:`lncourse.claims.Claim` objects (the mechanism every chapter shares), and
+:mod:`lncourse.majority_report` puts their texts into chapter 3's ledger of reported
+numbers.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from . import majority_stats as ST
 from . import majority
+from .claims import Claim
 from .majority import effective_queries, query_angles
+from .majority_claims import NEGLIGIBLE, cost_claims, data_seed_claim, paper_distance_claim
 from .majority_config import MajorityConfig
 from .majority_train import initial_model
 
-__all__ = ["Claim", "claims", "grid_cells"]
-
-NEGLIGIBLE = 0.2   # a fraction of the scale's main effect
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One statement of the conclusion; ``holds`` is None while a run it needs is still
-    going (the text then says so)."""
-
-    key: str
-    text: str
-    holds: bool | None
+__all__ = ["Claim", "NEGLIGIBLE", "claims", "grid_cells", "uniformity_stats"]
 
 
 def _complete(run: dict) -> bool:
@@ -84,9 +77,13 @@ def grid_cells(paper: dict, grids: dict[int, dict],
     return cells
 
 
-def claims(paper: dict, grids: dict[int, dict], three_d: dict) -> list[Claim]:
+def claims(paper: dict, grids: dict[int, dict], three_d: dict,
+           data_seeds: dict[int, dict] | None = None, uniformity: dict | None = None
+           ) -> list[Claim]:
     """The conclusion of chapter 3 from the paper-settings run (its first 5,000 steps are
-    enough), the sensitivity grid (batch size -> stored grid run) and the 3-d run."""
+    enough), the sensitivity grid (batch size -> stored grid run), the 3-d run and the
+    runs on other data (data seed -> stored run; missing: that claim is pending).
+    ``uniformity``: :func:`uniformity_stats` of ``paper`` if already computed."""
     if paper["step"][-1] < 5000:
         raise ValueError("the conclusion needs at least the first 5,000 steps of the paper run")
     out = []
@@ -143,10 +140,16 @@ def claims(paper: dict, grids: dict[int, dict], three_d: dict) -> list[Claim]:
     at_small = effects["projection_at_released_scale"]
     at_paper = effects["projection_at_paper_scale"]
     out.append(Claim("projection_at_each_scale",
-                     f"At either scale alone the projection gains at most a fifth of the "
-                     f"scale's effect: {_ci(at_paper)} at √d (LayerNorm against the paper's "
+                     f"At either scale alone the projection gains less than {NEGLIGIBLE:.0%} "
+                     f"of the scale's effect: {_ci(at_paper)} at √d (LayerNorm against the paper's "
                      f"no-projection) and {_ci(at_small)} at 1/√d (the control against the "
                      f"released variant).", at_paper[2] < small and at_small[2] < small))
+
+    # 5b. What the projection costs, the margin, LayerNorm at the released scale, the
+    # distance from the paper's figure and the data seed.
+    out += cost_claims(paper, grid_cells(paper, grids, "steps_to_80"))
+    out.append(paper_distance_claim(paper))
+    out.append(data_seed_claim(paper, data_seeds or {}))
 
     # 6. The other reading of "no projection" behaves like the first.
     sig = _paired(acc, "no_projection_sigma", "no_projection")
@@ -199,8 +202,8 @@ def claims(paper: dict, grids: dict[int, dict], three_d: dict) -> list[Claim]:
                 f"{'; '.join(_ci(e80[lr]['projection'], fmt) for lr in lrs)}).")
         if open_cells:
             text += (f" At lr {', '.join(f'{lr:g}' for lr in open_cells)} the intervals on "
-                     "steps to 90% are too wide to rule out a saving of a fifth of the "
-                     "scale's effect: some seeds take several times as long as others, or "
+                     f"steps to 90% are too wide to rule out a saving of {NEGLIGIBLE:.0%} of "
+                     "the scale's effect: some seeds take several times as long as others, or "
                      "never get there (counted at the last step).")
         out.append(Claim(f"grid_b{batch}", text, scale_wins and never_faster))
 
@@ -214,7 +217,7 @@ def claims(paper: dict, grids: dict[int, dict], three_d: dict) -> list[Claim]:
                      f"ends at {others:.0f}° or more.", ln_end < ln_start / 2 and others > ln_end + 20))
 
     # 10. How uniform the attention is, at the start and at the end.
-    out.append(_uniformity_claim(paper))
+    out.append(_uniformity_claim(paper, uniformity))
 
     # 11. In three dimensions the projection costs accuracy.
     final = np.asarray(three_d["test_acc"])[-1]
@@ -233,9 +236,10 @@ def claims(paper: dict, grids: dict[int, dict], three_d: dict) -> list[Claim]:
     return out
 
 
-def _uniformity_claim(paper: dict) -> Claim:
+def uniformity_stats(paper: dict) -> dict[str, np.ndarray]:
     """Distance of attention from uniform and score spread, at the start and the end,
-    per variant (means over seeds), on 2,000 test sequences."""
+    per variant (means over seeds), on 2,000 test sequences: variant -> (tv start, std
+    start, tv end, std end)."""
     config = MajorityConfig.from_dict(paper["config"])
     tokens, labels = majority.make_dataset(config.n_samples, config.seq_len, config.n_classes,
                                     config.min_margin, seed=config.data_seed)
@@ -252,6 +256,12 @@ def _uniformity_claim(paper: dict) -> Claim:
                         + uniformity(final["W_E"][m], final["W_in"][m], v, counts,
                                      final["n1_gain"][m]))
         stats[v] = np.mean(rows, axis=0)          # tv start, std start, tv end, std end
+    return stats
+
+
+def _uniformity_claim(paper: dict, stats: dict | None = None) -> Claim:
+    """How uniform the attention is at the start and the end (:func:`uniformity_stats`)."""
+    stats = uniformity_stats(paper) if stats is None else stats
     big = [v for v in stats if v in ("layernorm", "no_projection", "none", "no_projection_sigma")]
     small = [v for v in stats if v not in big]
     others = [v for v in big if v != "layernorm"]

@@ -3,8 +3,13 @@
 Some evidence takes longer than a build (paper-scale training). A command writes it to
 ``results/<chapter>/<name>.json``: the measurements, the full configuration and a
 ``provenance`` record (the exact command, git commit, device, torch version, wall time).
-Chapters load these files and label each figure with :func:`describe`; the tests
-recompute a prefix of every file so that a stored result cannot drift from the code.
+Chapters load these files and label each figure with :func:`describe`. What the tests
+guard, file by file, is listed in ``results/README.md`` ("What the tests guard").
+
+A run refuses to start, and :func:`store_run` refuses to write, from a checkout whose
+tracked files differ from its commit (``git_commit`` ending in ``+dirty``): such a
+result could not be traced to code anyone can check out. ``--allow-dirty`` (added by
+:func:`run_arguments`) overrides this, and the ``+dirty`` stays in the provenance.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
+__all__ = ["DirtyTreeError", "RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
            "load_result", "describe", "run_arguments", "command_line", "store_run"]
 
 
@@ -46,17 +51,36 @@ RESULTS_DIR = _results_dir()
 
 
 def _git_commit() -> str:
-    """The checkout's commit, with ``+dirty`` if tracked files differ from it."""
+    """The checkout's commit, with ``+dirty`` if tracked files differ from it. Checkpoints
+    (``results/checkpoints/``) do not count: a run committed there to be resumed keeps
+    rewriting its own checkpoint, which changes no code and no stored result."""
     root = Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                                 text=True, check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", ":(exclude)results/checkpoints"],
                                cwd=root, capture_output=True, text=True, check=True,
                                timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown (not a git checkout)"
     return commit + ("+dirty" if dirty else "")
+
+
+class DirtyTreeError(RuntimeError):
+    """A stored run from modified code, refused without ``--allow-dirty``."""
+
+
+ALLOW_DIRTY = "--allow-dirty"
+
+
+def _refuse_dirty(commits: list[str], command: str, what: str) -> None:
+    dirty = [c for c in commits if c.endswith("+dirty")]
+    if dirty and ALLOW_DIRTY not in command.split():
+        raise DirtyTreeError(
+            f"refusing to {what} from a modified checkout ({dirty[0]}): commit your changes "
+            f"first, so that the provenance names code anyone can check out, or pass "
+            f"{ALLOW_DIRTY} (the '+dirty' is then kept in the provenance)")
 
 
 def device_name(device: torch.device | str) -> str:
@@ -91,7 +115,8 @@ def provenance(device: torch.device | str, wall_seconds: float, command: str | N
 
 def _what_runs(command: str) -> list[str]:
     """A command without the options that change where and how visibly it runs, not what:
-    ``--device X`` and ``--quiet``. A run started on a CPU may resume on a GPU."""
+    ``--device X``, ``--quiet`` and ``--allow-dirty``. A run started on a CPU may resume
+    on a GPU."""
     words, out = command.split(), []
     skip = False
     for word in words:
@@ -99,16 +124,19 @@ def _what_runs(command: str) -> list[str]:
             skip = False
         elif word == "--device":
             skip = True
-        elif not (word == "--quiet" or word.startswith("--device=")):
+        elif not (word in ("--quiet", ALLOW_DIRTY) or word.startswith("--device=")):
             out.append(word)
     return out
 
 
 def run_started(checkpoint: str | os.PathLike, command: str) -> dict:
     """The command and commit a (possibly resumed) run started from, kept beside its
-    checkpoint; a resumed run adds the commit it resumed at. For :func:`provenance`."""
+    checkpoint; a resumed run adds the commit it resumed at. For :func:`provenance`.
+    Raises :class:`DirtyTreeError` from a modified checkout unless ``command`` holds
+    ``--allow-dirty``."""
     meta = Path(str(checkpoint) + ".start.json")
     commit = _git_commit()
+    _refuse_dirty([commit], command, "start a stored run")
     if Path(checkpoint).exists() and meta.exists():
         started = json.loads(meta.read_text())
         if _what_runs(started["command"]) != _what_runs(command):
@@ -144,6 +172,9 @@ def run_arguments(module: str, description: str, presets) -> argparse.ArgumentPa
     parser.add_argument("--preset", choices=sorted(presets), default="paper")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or mps")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(ALLOW_DIRTY, action="store_true",
+                        help="run and store from a modified checkout (the provenance then "
+                        "says '+dirty'); refused otherwise")
     return parser
 
 
@@ -153,9 +184,18 @@ def command_line(module: str, argv: list[str] | None = None) -> str:
 
 
 def store_run(path: str | os.PathLike, payload: dict, device: torch.device | str,
-              wall_seconds: float, started: dict, device_note: str | None = None) -> Path:
+              wall_seconds: float, started: dict, device_note: str | None = None,
+              allow_dirty: bool = False) -> Path:
     """Add the provenance of a run (``started``: from :func:`run_started`) to ``payload``,
-    write it to ``path`` and say so. ``device_note`` replaces the thread count."""
+    write it to ``path`` and say so. ``device_note`` replaces the thread count. Raises
+    :class:`DirtyTreeError` if the run started or resumed from a modified checkout, or
+    the checkout is modified now, unless ``allow_dirty`` or its command holds
+    ``--allow-dirty``."""
+    commits = [started.get("git_commit", ""), *started.get("resumed_at_commits", []),
+               _git_commit()]
+    _refuse_dirty(commits, " ".join([started.get("command", ""),
+                                     *started.get("resumed_with", []),
+                                     ALLOW_DIRTY if allow_dirty else ""]), "store a result")
     payload["provenance"] = prov = provenance(device, wall_seconds, **started)
     if device_note:
         prov["device"] = f"{prov['device'].rsplit(', ', 1)[0]} ({device_note})"

@@ -351,7 +351,8 @@ def test_interrupted_run_resumes_to_the_same_history(tmp_path, crash_at, saved_s
     saved = torch.load(path, weights_only=True)
     assert saved["step"] == saved_step and saved["config"] == dataclasses.asdict(SMALL)
     resumed = train(SMALL, checkpoint_path=path, show_progress=False)
-    for key in ("step", "train_loss", "test_acc", "query_angle", "trace", "final_params"):
+    for key in ("step", "train_loss", "test_acc", "query_angle", "trace", "final_params",
+                "snapshots"):
         assert resumed[key] == full[key], key
     with pytest.raises(ValueError, match="holds another run"):
         train(dataclasses.replace(SMALL, lr=2e-3), checkpoint_path=path, show_progress=False)
@@ -380,7 +381,10 @@ def test_history_helpers():
         history_arrays(h, "none", lr=1e-3)
 
 
-def test_command_line_writes_a_result_with_provenance(tmp_path):
+def test_command_line_writes_a_result_with_provenance(tmp_path, monkeypatch):
+    from lncourse import results
+
+    monkeypatch.setattr(results, "_git_commit", lambda: "c" * 40)   # as from a clean clone
     out, ckpt = tmp_path / "r.json", tmp_path / "r.ckpt"
     main(["--preset", "three_d", "--steps", "3", "--out", str(out), "--checkpoint", str(ckpt),
           "--quiet"])

@@ -38,7 +38,13 @@ def test_load_result_explains_what_is_missing(tmp_path):
         R.load_result(tmp_path / "bare.json")
 
 
-def test_run_started_keeps_the_first_command_and_adds_resumes(tmp_path):
+@pytest.fixture
+def clean_tree(monkeypatch):
+    """A checkout whose tracked files match its commit (the tests may run in a dirty one)."""
+    monkeypatch.setattr(R, "_git_commit", lambda: "c" * 40)
+
+
+def test_run_started_keeps_the_first_command_and_adds_resumes(tmp_path, clean_tree):
     ckpt = tmp_path / "run.ckpt"
     first = R.run_started(ckpt, "cmd --a")
     assert first["command"] == "cmd --a" and "resumed_at_commits" not in first
@@ -49,7 +55,7 @@ def test_run_started_keeps_the_first_command_and_adds_resumes(tmp_path):
         R.run_started(ckpt, "cmd --b")
 
 
-def test_a_run_may_resume_on_other_hardware_but_not_as_another_run(tmp_path):
+def test_a_run_may_resume_on_other_hardware_but_not_as_another_run(tmp_path, clean_tree):
     ckpt = tmp_path / "run.ckpt"
     R.run_started(ckpt, "python -m x --preset paper --device cpu --quiet")
     ckpt.write_bytes(b"x")
@@ -62,7 +68,7 @@ def test_a_run_may_resume_on_other_hardware_but_not_as_another_run(tmp_path):
         R.run_started(ckpt, "python -m x --preset paper --steps 10 --device cpu")
 
 
-def test_run_command_line_and_store(tmp_path, capsys, monkeypatch):
+def test_run_command_line_and_store(tmp_path, capsys, clean_tree):
     from lncourse.results import command_line, run_arguments, store_run
     parser = run_arguments("lncourse.example", "an example", {"paper": None, "quick": None})
     args = parser.parse_args(["--preset", "quick", "--quiet"])
@@ -80,3 +86,27 @@ def test_run_command_line_and_store(tmp_path, capsys, monkeypatch):
     assert stored["device"].endswith("(partial export; threads not recorded)")
     assert stored["device"].count("threads") == 1     # the note, not the thread count
     assert f"wrote {path} (12 s on " in capsys.readouterr().out
+
+
+def test_a_modified_checkout_neither_starts_nor_stores_a_run(tmp_path, monkeypatch):
+    """A result from uncommitted code is refused unless --allow-dirty says so."""
+    ckpt, out = tmp_path / "run.ckpt", tmp_path / "r.json"
+    monkeypatch.setattr(R, "_git_commit", lambda: "d" * 40 + "+dirty")
+    with pytest.raises(R.DirtyTreeError, match="--allow-dirty"):
+        R.run_started(ckpt, "python -m x --preset paper")
+    started = R.run_started(ckpt, "python -m x --preset paper --allow-dirty")
+    assert started["git_commit"].endswith("+dirty")
+    R.store_run(out, {"config": {}}, "cpu", 1.0, started)     # its command allows it
+    with pytest.raises(R.DirtyTreeError):
+        R.store_run(out, {"config": {}}, "cpu", 1.0, {"command": "c", "git_commit": "e" * 40})
+    R.store_run(out, {"config": {}}, "cpu", 1.0, {"command": "c", "git_commit": "e" * 40},
+                allow_dirty=True)                            # an export's own flag
+    assert json.loads(out.read_text())["provenance"]["git_commit"] == "e" * 40
+    # a run started clean but resumed from a modified checkout is refused too
+    monkeypatch.setattr(R, "_git_commit", lambda: "c" * 40)
+    with pytest.raises(R.DirtyTreeError):
+        R.store_run(out, {"config": {}}, "cpu", 1.0, {"command": "c", "git_commit": "c" * 40,
+                                                     "resumed_at_commits": ["f+dirty"]})
+    # --allow-dirty changes how a run is recorded, not what runs: a resume may add it
+    assert R._what_runs("python -m x --preset paper --allow-dirty") == \
+        R._what_runs("python -m x --preset paper")
