@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
+from .summary import markdown_table, paired_interval  # noqa: F401  (ST.paired_interval in the chapter)
 
 __all__ = ["DESIGN", "PAPER", "history_arrays", "steps_to_threshold", "window_mean", "value_at", "per_seed",
            "paired_interval", "factorial_effects", "equivalence_bound", "reproduction_rows",
@@ -133,16 +133,6 @@ def per_seed(history: dict, metric: str, lr: float | None = None,
     return out
 
 
-def paired_interval(differences: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """Mean of per-seed differences and its t interval: (mean, low, high)."""
-    d = np.asarray(differences, dtype=float)
-    if d.ndim != 1 or len(d) < 2 or not np.isfinite(d).all():
-        raise ValueError(f"need at least two finite paired differences, got {d}")
-    mean = float(d.mean())
-    half = float(stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d)))
-    return mean, mean - half, mean + half
-
-
 def factorial_effects(values: dict[str, np.ndarray],
                       level: float = 0.95) -> dict[str, tuple[float, float, float]]:
     """Main effects of projection and of scale, and their interaction, per seed, with
@@ -219,14 +209,3 @@ def reproduction_rows(history: dict) -> list[tuple[str, str, str, str]]:
                 rows.append((f"{names[key]}, {variant}, step {at:,}", entry["source"],
                              fmt.format(paper), ours))
     return rows
-
-
-def markdown_table(header: tuple[str, ...], rows: list[tuple]) -> str:
-    """A Markdown pipe table (for ``IPython.display.Markdown``; the site parses it as MyST,
-    ``nb_render_markdown_format: myst``) from a header and rows."""
-    def cell(value) -> str:   # a bare "|" (as in "|mean|") would end the cell
-        return str(value).replace("\\|", "|").replace("|", "\\|")
-
-    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .majority_stats import paired_interval
+from .summary import paired_interval
 from .nope import random_nope_model
 from .nope_features import all_features
 from .nope_probe import _stream_seed, middle_baseline

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .majority_stats import paired_interval
-from .majority_verdict import Claim
+from .claims import Claim
+from .summary import paired_interval
 
 __all__ = ["summary", "depth_slope", "claims", "ablation_claims", "below_baseline_claims",
            "uniform_guess", "HYPOTHESES"]
