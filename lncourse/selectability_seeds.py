@@ -105,9 +105,9 @@ def checkpoint_state(cfg: SeedsConfig, checkpoint: Path) -> dict:
     state = load_checkpoint(checkpoint, kind="lm_fused")
     if state is None:
         raise FileNotFoundError(f"no checkpoint at {checkpoint}")
-    want = dataclasses.asdict(cfg.lm)
-    if state["config"]["seeds"] != list(cfg.seeds) or \
-            state["config"]["steps"] != want["steps"]:
+    if state["config"]["seeds"] != [s for s in cfg.seeds for _ in VARIANTS] or \
+            state["config"]["steps"] != cfg.lm.steps or \
+            state["config"]["snapshot_steps"] != list(cfg.snapshot_steps):
         raise ValueError(f"{checkpoint} holds another run")
     return state
 
