@@ -65,7 +65,7 @@ class SeedsConfig:
         lm = KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
                              for k, v in d["lm"].items()})
         return cls(lm=lm, **{k: tuple(v) if isinstance(v, list) else v
-                             for k, v in d.items() if k != "lm"})
+                             for k, v in d.items() if k not in ("lm", "steps")})
 
 
 PRESETS = {"table1": SeedsConfig.table1, "quick": SeedsConfig.quick}
@@ -119,6 +119,10 @@ def main(argv: list[str] | None = None) -> Path | None:
                            PRESETS)
     parser.add_argument("--export-partial", action="store_true",
                         help="do not train: store what the checkpoint holds so far")
+    parser.add_argument("--contexts", type=int, default=None, help="held-out contexts "
+                        "measured at the last step (default: the preset's)")
+    parser.add_argument("--curve-contexts", type=int, default=4,
+                        help="held-out contexts measured at every snapshot step")
     args = parser.parse_args(argv)
     cfg = PRESETS[args.preset]()
     ckpt = RESULTS_DIR / "checkpoints" / f"selectability_seeds_{args.preset}.ckpt"
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> Path | None:
         state = checkpoint_state(cfg, ckpt)
         seconds = state["elapsed"]
     from .selectability_seeds_measure import result_of   # the measurements, on the weights
-    payload = result_of(cfg, state)
+    payload = result_of(cfg, state, args.contexts, args.curve_contexts)
     return store_run(out, payload, args.device, seconds, started,
                      "partial export; training on one thread" if args.export_partial
                      else None)

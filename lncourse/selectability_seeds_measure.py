@@ -24,7 +24,8 @@ from .selectability_experiments import PAPER_TABLE1, PAPER_TABLE2, prefix_fracti
 from .selectability_fused import unstack
 from .selectability_lm import VARIANTS, build_model, held_out_contexts, layer_vectors, tokenized
 
-__all__ = ["Claim", "result_of", "models_at", "measure", "layer_rows", "curve", "claims"]
+__all__ = ["Claim", "result_of", "models_at", "measure", "layer_rows", "curve", "claims",
+           "seeds_table", "PAPER"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,10 @@ def result_of(cfg, state: dict, contexts: int | None = None,
     ctx = held_out_contexts(test_ids, dataclasses.replace(cfg.lm, contexts=n_ctx))
     snaps = {int(k): v for k, v in state["snapshots"].items()}
     snaps[state["step"]] = state["params"]        # the last step, snapshot or not
-    out = {"config": dataclasses.asdict(cfg), "seeds": seeds, "labels": labels,
+    # config["steps"]: the run's length, which lncourse.results.describe compares with
+    # the last step reached (INCOMPLETE when short of it)
+    out = {"config": {**dataclasses.asdict(cfg), "steps": cfg.lm.steps},
+           "seeds": seeds, "labels": labels,
            "tokenizer": {"kind": cfg.lm.tokenizer, "vocab_size": tok.vocab_size,
                          "fingerprint": getattr(tok, "fingerprint", None)},
            "step": state["histories"][0]["step"], "steps_done": state["step"],
@@ -95,7 +99,8 @@ def result_of(cfg, state: dict, contexts: int | None = None,
            "shapes": {k: list(p.shape[1:]) for k, p in state["params"].items()},
            "weights": {str(s): [_encode(snaps[s], m) for m in range(len(models))]
                        for s in sorted(snaps)},
-           "contexts": ctx.tolist(), "measured_contexts": n_ctx}
+           "contexts": ctx.tolist(), "measured_contexts": n_ctx,
+           "curve_contexts": min(curve_contexts, n_ctx)}
     out["curve"] = {str(s): measure(models_at(out, s), ctx[:curve_contexts])
                     for s in sorted(snaps)}
     out["final"] = measure(models_at(out), ctx)
@@ -183,3 +188,17 @@ def claims(result: dict) -> list[Claim]:
                              for i, (o, p) in enumerate(zip(ours, paper)))
                          + f"; largest difference {max(gaps, key=abs):+.1f} points.", True))
     return out
+
+
+def seeds_table(result: dict) -> str:
+    """Tables 1 and 2 from the seeded runs: per layer, mean [95% interval] over seeds and
+    contexts, each beside the paper's row."""
+    from .paper import format_table
+    rows = layer_rows(result)
+    out = []
+    for (label, q), paper in PAPER.items():
+        out.append([f"ours: {label}, {q} ln1",
+                    *[f"{m:.1f} [{lo:.1f}, {hi:.1f}]" for m, lo, hi in rows[label, q]]])
+        out.append(["  paper", *[float(p) for p in paper]])
+    n_layers = len(next(iter(rows.values())))
+    return format_table(["% unselectable", *[f"L{i + 1}" for i in range(n_layers)]], out)
