@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoint import load_checkpoint
-from .results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
+from .results import (RESULTS_DIR, _git_commit, command_line, run_arguments, run_started,
+                      store_run)
 from .selectability_lm import VARIANTS, KeysLMConfig, build_model, tokenized
 from .selectability_train import train_fused
 
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> Path | None:
         seconds = state["elapsed"]
     from .selectability_seeds_measure import result_of   # the measurements, on the weights
     payload = result_of(cfg, state, args.contexts, args.curve_contexts)
+    # provenance names the commit the training started from; the measurement's own
+    payload["measured_at_commit"] = _git_commit()
     return store_run(out, payload, args.device, seconds, started,
                      "partial export; training on one thread" if args.export_partial
                      else None)
