@@ -99,8 +99,9 @@ _LIB: ctypes.CDLL | None | bool = None   # None: not tried yet; False: not avail
 
 def _cpu_model() -> str:
     try:
-        with open("/proc/cpuinfo") as f:
-            return next((ln for ln in f if ln.startswith(("model name", "flags"))), "")
+        with open("/proc/cpuinfo") as f:   # the model and its instruction sets
+            lines = [ln for ln in f if ln.startswith(("model name", "flags"))]
+        return "".join(dict.fromkeys(lines))
     except OSError:
         return platform.processor()
 
