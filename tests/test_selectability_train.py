@@ -179,8 +179,8 @@ def test_stored_trainer_benchmark_losses_replay():
     y = torch.stack([drawn[s][1] for s in seeds])
     with torch.no_grad():
         first = fused_losses(stack_models(models), scaling_flags(models), x, y, 4)
-    for name in ("train_lm", "fused", "fused_sdpa"):
-        got = [row[0] for row in stored["methods"][name]["losses"]]
-        np.testing.assert_allclose(got, first.tolist(), rtol=1e-5)
-    for name in ("fused", "fused_sdpa"):
-        assert stored["methods"][name]["max_loss_diff_to_train_lm"] < 1e-3
+    for name, method in stored["methods"].items():
+        got = [row[0] for row in method["losses"]]         # train_lm: its first models
+        np.testing.assert_allclose(got, first.tolist()[:len(got)], rtol=1e-5)
+        if name != "train_lm":
+            assert method["max_loss_diff_to_train_lm"] < 1e-3
