@@ -24,6 +24,7 @@ from .checkpoint import load_checkpoint
 from .results import (RESULTS_DIR, _git_commit, command_line, run_arguments, run_started,
                       store_run)
 from .selectability_lm import VARIANTS, KeysLMConfig, build_model, tokenized
+from .selectability_seeds_measure import result_of
 from .selectability_train import train_fused
 
 __all__ = ["SeedsConfig", "PRESETS", "models_of", "train", "main"]
@@ -137,7 +138,6 @@ def main(argv: list[str] | None = None) -> Path | None:
         train(cfg, ckpt, progress=not args.quiet)
         state = checkpoint_state(cfg, ckpt)
         seconds = state["elapsed"]
-    from .selectability_seeds_measure import result_of   # the measurements, on the weights
     payload = result_of(cfg, state, args.contexts, args.curve_contexts)
     # provenance names the commit the training started from; the measurement's own
     payload["measured_at_commit"] = _git_commit()

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from .selectability_experiments import PAPER_TABLE1, PAPER_TABLE2, prefix_fractions
-from .selectability_fused import unstack
-from .selectability_lm import VARIANTS, build_model, held_out_contexts, layer_vectors, tokenized
+from .selectability_lm import (VARIANTS, KeysLMConfig, build_model, held_out_contexts,
+                               layer_vectors, tokenized)
 
 __all__ = ["Claim", "result_of", "models_at", "measure", "layer_rows", "curve", "claims",
            "seeds_table", "PAPER"]
@@ -53,13 +53,13 @@ def _decode(weights: dict, shapes: dict) -> dict[str, torch.Tensor]:
 def models_at(result: dict, step: int | None = None) -> list:
     """The stored models (in the result's order) at a snapshot ``step`` (default: the
     last stored), as GPTs in eval mode."""
-    from .selectability_seeds import SeedsConfig
-    cfg = SeedsConfig.from_dict(result["config"])
+    lm = KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
+                         for k, v in result["config"]["lm"].items()})
     step = str(result["snapshot_steps_done"][-1] if step is None else step)
     out = []
     for seed, label, snap in zip(result["seeds"], result["labels"],
                                  result["weights"][step]):
-        model = build_model(dataclasses.replace(cfg.lm, seed=seed),
+        model = build_model(dataclasses.replace(lm, seed=seed),
                             result["tokenizer"]["vocab_size"], VARIANTS[label])
         model.load_state_dict(_decode(snap, result["shapes"]))
         out.append(model.eval())
@@ -81,9 +81,9 @@ def result_of(cfg, state: dict, contexts: int | None = None,
               curve_contexts: int = 4) -> dict:
     """The stored result of a checkpoint ``state`` of ``cfg`` (see the module docstring);
     ``contexts`` overrides ``cfg.contexts`` (a partial export may measure fewer)."""
-    from .selectability_seeds import models_of
     tok, _, test_ids = tokenized(cfg.lm)
-    models, seeds, labels = models_of(cfg, tok.vocab_size)
+    seeds = [seed for seed in cfg.seeds for _ in VARIANTS]     # as models_of orders them
+    labels = [label for _ in cfg.seeds for label in VARIANTS]
     n_ctx = cfg.contexts if contexts is None else contexts
     ctx = held_out_contexts(test_ids, dataclasses.replace(cfg.lm, contexts=n_ctx))
     snaps = {int(k): v for k, v in state["snapshots"].items()}
@@ -97,7 +97,7 @@ def result_of(cfg, state: dict, contexts: int | None = None,
            "step": state["histories"][0]["step"], "steps_done": state["step"],
            "histories": state["histories"], "snapshot_steps_done": sorted(snaps),
            "shapes": {k: list(p.shape[1:]) for k, p in state["params"].items()},
-           "weights": {str(s): [_encode(snaps[s], m) for m in range(len(models))]
+           "weights": {str(s): [_encode(snaps[s], m) for m in range(len(seeds))]
                        for s in sorted(snaps)},
            "contexts": ctx.tolist(), "measured_contexts": n_ctx,
            "curve_contexts": min(curve_contexts, n_ctx)}
