@@ -85,7 +85,8 @@ def result_of(cfg, state: dict, contexts: int | None = None,
     seeds = [seed for seed in cfg.seeds for _ in VARIANTS]     # as models_of orders them
     labels = [label for _ in cfg.seeds for label in VARIANTS]
     n_ctx = cfg.contexts if contexts is None else contexts
-    ctx = held_out_contexts(test_ids, dataclasses.replace(cfg.lm, contexts=n_ctx))
+    ctx = held_out_contexts(test_ids, dataclasses.replace(
+        cfg.lm, contexts=n_ctx, track_contexts=min(cfg.lm.track_contexts, n_ctx)))
     snaps = {int(k): v for k, v in state["snapshots"].items()}
     snaps[state["step"]] = state["params"]        # the last step, snapshot or not
     # config["steps"]: the run's length, which lncourse.results.describe compares with
