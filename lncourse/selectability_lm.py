@@ -82,8 +82,10 @@ class KeysLMConfig:
     @classmethod
     def paper(cls) -> "KeysLMConfig":
         """The paper's context (1024 tokens) and batch (16); characters; 400 steps (6.6
-        million tokens, about 1.5 passes over the plays), what the shared 2-core CPU
-        afforded: about 8 minutes of one core for both models, plus the measurements."""
+        million tokens, about 1.5 passes over the plays). The stored run's training took
+        5,634 s (94 min) on one thread of the shared 2-core CPU, beside other runs
+        (1,036 s and 4,598 s for the two models; see its provenance), plus the
+        measurements. Longer runs with seeds: :mod:`lncourse.selectability_seeds`."""
         return cls()
 
     @classmethod

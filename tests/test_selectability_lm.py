@@ -176,3 +176,43 @@ def test_stored_result_is_its_preset(path):
         assert {k: v for k, v in want.items() if k != "tokenizer"} == \
             {k: list(v) if isinstance(v, tuple) else v for k, v in quick.items()
              if k != "tokenizer"}
+
+
+@pytest.mark.parametrize("path", STORED, ids=[p.stem for p in STORED])
+def test_stored_final_loss_and_largest_n_cells_recompute(path):
+    """From each stored model's weights: its final test loss, and every cell of the sweep
+    at the largest n (the n the chapter's Tables 1 and 2 report) of the first context,
+    for every layer, before and after the LayerNorm. Editing any of them fails here."""
+    result = load_result(path)
+    cfg = KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
+                          for k, v in result["config"].items()})
+    _, _, test_ids = tokenized(cfg)
+    contexts = torch.tensor(result["contexts"])
+    for lab in VARIANTS:
+        trained = load_model(result, lab)
+        history = result["models"][lab]["history"]
+        loss = evaluate_lm(trained, test_ids, batches=cfg.eval_batches,
+                           batch_size=cfg.batch_size, block_size=cfg.block_size,
+                           seed=cfg.seed + 1, device="cpu")
+        assert loss == pytest.approx(history["test_loss"][-1], rel=1e-5)
+        vec = layer_vectors(trained, contexts[:1])
+        for key, q in (("resid_pre", "before"), ("ln1", "after")):
+            for layer in range(cfg.n_layers):
+                got = prefix_fractions(vec[key][layer], [cfg.sweep[-1]])[0, 0]
+                assert got == result["models"][lab]["sweep"][q][layer][0][-1], (lab, q, layer)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", STORED, ids=[p.stem for p in STORED])
+def test_stored_largest_n_cells_all_recompute(path):
+    """Every context's cells at the largest n, from the stored weights (slow: about
+    100 s of one core for lm_paper)."""
+    result = load_result(path)
+    contexts = torch.tensor(result["contexts"])
+    n = result["config"]["sweep"][-1]
+    for lab in VARIANTS:
+        vec = layer_vectors(load_model(result, lab), contexts)
+        for key, q in (("resid_pre", "before"), ("ln1", "after")):
+            for layer, cells in enumerate(result["models"][lab]["sweep"][q]):
+                got = prefix_fractions(vec[key][layer], [n])[:, 0]
+                np.testing.assert_array_equal(got, [c[-1] for c in cells])
