@@ -15,27 +15,18 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from dataclasses import dataclass
+
 
 import numpy as np
 import torch
 
+from .claims import Claim
 from .selectability_experiments import PAPER_TABLE1, PAPER_TABLE2, prefix_fractions
 from .selectability_lm import (VARIANTS, KeysLMConfig, build_model, held_out_contexts,
                                layer_vectors, tokenized)
 
 __all__ = ["Claim", "result_of", "models_at", "measure", "layer_rows", "curve", "claims",
            "seeds_table", "PAPER"]
-
-
-@dataclass(frozen=True)
-class Claim:
-    """One statement of the chapter, with the numbers it rests on; ``holds``: whether
-    the stored result supports it (as :class:`lncourse.majority_verdict.Claim`)."""
-
-    key: str
-    text: str
-    holds: bool
 
 
 def _encode(params: dict[str, torch.Tensor], m: int) -> dict:
