@@ -18,7 +18,7 @@ import sys
 import time
 
 from lncourse.results import RESULTS_DIR, provenance, write_result
-from lncourse.selectability_experiments import (GridConfig, compare_with_baseline,
+from lncourse.selectability.experiments import (GridConfig, compare_with_baseline,
                                                 unselectable_grid)
 
 CELLS = [(3, 10), (4, 30), (6, 30), (8, 60), (12, 60), (15, 45)]   # (d, n) compared

@@ -32,10 +32,10 @@ import time
 import torch
 
 from lncourse.results import RESULTS_DIR, provenance, write_result
-from lncourse.selectability_fused import fused_losses, scaling_flags, stack_models
-from lncourse.selectability_kernel import kernel_available
-from lncourse.selectability_lm import tokenized
-from lncourse.selectability_seeds import SeedsConfig, models_of
+from lncourse.selectability.fused import fused_losses, scaling_flags, stack_models
+from lncourse.selectability.kernel import kernel_available
+from lncourse.selectability.lm import tokenized
+from lncourse.selectability.seeds import SeedsConfig, models_of
 from lncourse.text import sample_batch
 
 

@@ -111,7 +111,7 @@ def write_ledger(path: str | Path, computed: dict, config: dict, command: str,
     """Write the ledger of a chapter's reported numbers (with provenance: ``command``, the
     commit, ``wall_seconds`` of the recomputation) to ``path``; refused from a modified
     checkout unless ``allow_dirty``."""
-    from .results import _git_commit, store_run
+    from lncourse.results import _git_commit, store_run
 
     started = {"command": command.strip(), "git_commit": _git_commit()}
     return store_run(path, {"config": config, "numbers": flatten(computed)}, "cpu", wall_seconds,
@@ -121,7 +121,7 @@ def write_ledger(path: str | Path, computed: dict, config: dict, command: str,
 
 def load_ledger(path: str | Path) -> dict:
     """The ``numbers`` of a ledger."""
-    from .results import load_result
+    from lncourse.results import load_result
 
     return load_result(path)["numbers"]
 

@@ -16,8 +16,8 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from .attention import attention_scores, split_heads
-from .layernorm import (FactorizedLayerNorm, _check_eps, _raise_if_degenerate, scaled_rows,
+from lncourse.attention import attention_scores, split_heads
+from lncourse.layernorm import (FactorizedLayerNorm, _check_eps, _raise_if_degenerate, scaled_rows,
                         projection_matrix, validate_vectors)
 
 __all__ = ["fold_layer_norm", "divide_by_std", "center_writing_weights",

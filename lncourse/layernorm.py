@@ -25,7 +25,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .modes import scaled
+from lncourse.modes import scaled
 
 __all__ = [
     "project", "scale", "projection_matrix", "layer_norm", "rms_norm",

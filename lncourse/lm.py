@@ -21,10 +21,10 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from .checkpoint import load_checkpoint, save_checkpoint
-from .progress import progress as progress_bar
-from .rng import check_seed
-from .text import sample_batch
+from lncourse.checkpoint import load_checkpoint, save_checkpoint
+from lncourse.progress import progress as progress_bar
+from lncourse.rng import check_seed
+from lncourse.text import sample_batch
 
 __all__ = ["TRACE_STEPS", "train_lm", "evaluate_lm", "data_fingerprint", "describe_model"]
 

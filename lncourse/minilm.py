@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._packages import package_dir
-from .attention import self_attention
+from lncourse._packages import package_dir
+from lncourse.attention import self_attention
 
 __all__ = ["model_dir", "MiniLM", "load_minilm"]
 

@@ -113,6 +113,59 @@ def provenance(device: torch.device | str, wall_seconds: float, command: str | N
             **extra}
 
 
+# Modules that moved when the package took one folder per chapter (issue 20). A stored
+# result's provenance keeps the command really run; today_command() says it today.
+RENAMED = {
+    "lncourse.exercises": "lncourse.grading.exercises",
+    "lncourse.grade": "lncourse.grading.grade",
+    "lncourse.grade_cli": "lncourse.grading.cli",
+    "lncourse.grade_sheet": "lncourse.grading.sheet",
+    "lncourse.layernorm_claims": "lncourse.geometry.claims",
+    "lncourse.majority": "lncourse.majority.task",
+    "lncourse.majority_bench": "lncourse.majority.bench",
+    "lncourse.majority_claims": "lncourse.majority.claims",
+    "lncourse.majority_config": "lncourse.majority.config",
+    "lncourse.majority_report": "lncourse.majority.report",
+    "lncourse.majority_single": "lncourse.majority.single",
+    "lncourse.majority_snapshots": "lncourse.majority.snapshots",
+    "lncourse.majority_stats": "lncourse.majority.stats",
+    "lncourse.majority_train": "lncourse.majority.train",
+    "lncourse.majority_verdict": "lncourse.majority.verdict",
+    "lncourse.multiset": "lncourse.majority.multiset",
+    "lncourse.multiset_fused": "lncourse.majority.multiset_fused",
+    "lncourse.nope": "lncourse.nope.variance",
+    "lncourse.nope_ablation": "lncourse.nope.ablation",
+    "lncourse.nope_features": "lncourse.nope.features",
+    "lncourse.nope_lemmas": "lncourse.nope.lemmas",
+    "lncourse.nope_lm": "lncourse.nope.lm",
+    "lncourse.nope_probe": "lncourse.nope.probe",
+    "lncourse.nope_stream": "lncourse.nope.stream",
+    "lncourse.nope_verdict": "lncourse.nope.verdict",
+    "lncourse.sandbox": "lncourse.grading.sandbox",
+    "lncourse.sandbox_contain": "lncourse.grading.contain",
+    "lncourse.sandbox_guard": "lncourse.guard",
+    "lncourse.sandbox_landlock": "lncourse.grading.landlock",
+    "lncourse.sandbox_learner": "lncourse.grading.learner",
+    "lncourse.sandbox_wire": "lncourse.grading.wire",
+    "lncourse.selectability": "lncourse.selectability.exact",
+    "lncourse.selectability_experiments": "lncourse.selectability.experiments",
+    "lncourse.selectability_fused": "lncourse.selectability.fused",
+    "lncourse.selectability_kernel": "lncourse.selectability.kernel",
+    "lncourse.selectability_lm": "lncourse.selectability.lm",
+    "lncourse.selectability_report": "lncourse.selectability.report",
+    "lncourse.selectability_seeds": "lncourse.selectability.seeds",
+    "lncourse.selectability_seeds_measure": "lncourse.selectability.seeds_measure",
+    "lncourse.selectability_train": "lncourse.selectability.train",
+    "lncourse.submission": "lncourse.grading.submission",
+}
+
+
+def today_command(command: str) -> str:
+    """``command`` with any module that has moved since it ran named as it is today."""
+    words = command.split()
+    return " ".join(RENAMED.get(w, w) for w in words)
+
+
 def _what_runs(command: str) -> list[str]:
     """A command without the options that change where and how visibly it runs, not what:
     ``--device X``, ``--quiet`` and ``--allow-dirty``. A run started on a CPU may resume

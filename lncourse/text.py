@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ._packages import package_dir
+from lncourse._packages import package_dir
 
 __all__ = ["plays_dir", "load_shakespeare", "CharTokenizer", "BPETokenizer", "split_text",
            "split_ids", "sample_batch", "sample_sentences"]

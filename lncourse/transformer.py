@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import self_attention
-from .layernorm import FactorizedLayerNorm
+from lncourse.attention import self_attention
+from lncourse.layernorm import FactorizedLayerNorm
 
 __all__ = ["NORMS", "TransformerConfig", "make_norm", "Attention", "Block", "GPT"]
 

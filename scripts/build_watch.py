@@ -7,7 +7,7 @@ on non-socket`` that ipykernel 7 logged then is a *consequence* of that timeout:
 asks the kernel to shut down, ipykernel closes its shell-channel sockets while the cell is
 still running, and the cell's reply, sent when it ends, meets a closed socket. A cell that
 outlives nbclient's timeout by a few seconds reproduces it on a quiet machine; see
-``tests/test_build_watch.py``.)
+``tests/book/test_build_watch.py``.)
 
 So the site build runs without a short cell timeout, and this watchdog beside it:
 

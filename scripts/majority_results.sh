@@ -25,14 +25,14 @@ for spec in three_d paper grid_b500 grid_b6000 data_seed1:5000 data_seed2:5000; 
   fi
   echo "[majority] $preset: started $(date -u +%FT%TZ)"
   # shellcheck disable=SC2086
-  $PY -m lncourse.majority_train --preset "$preset" $steps --device "$DEVICE" --quiet
+  $PY -m lncourse.majority.train --preset "$preset" $steps --device "$DEVICE" --quiet
 done
 # the paper run again with parameter snapshots (results/README.md: what the tests guard)
 if ! $PY -c "import json, sys; r = json.load(open('results/majority/paper_snapshots.json')); \
     sys.exit(0 if r['step'][-1] == r['config']['steps'] else 1)" 2>/dev/null; then
   echo "[majority] paper_snapshots: started $(date -u +%FT%TZ)"
-  $PY -m lncourse.majority_train --preset paper --out results/majority/paper_snapshots.json \
+  $PY -m lncourse.majority.train --preset paper --out results/majority/paper_snapshots.json \
     --device "$DEVICE" --quiet
 fi
 # chapter 3's ledger of reported numbers, from whatever is stored now
-$PY -m lncourse.majority_report
+$PY -m lncourse.majority.report

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lncourse.exercises import Chapter, Exercise
+from lncourse.grading.exercises import Chapter, Exercise
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "# BEGIN SOLUTION"

@@ -28,7 +28,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
-# Debian's bubblewrap contains the grader's learner processes (lncourse.sandbox_contain).
+# Debian's bubblewrap contains the grader's learner processes (lncourse.grading.contain).
 if ! command -v bwrap >/dev/null 2>&1; then
   echo "[test] installing bubblewrap (Debian package)"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -978,9 +978,9 @@ def slope_as_bool(variance, m_min):
     return True
 
 
-@wrong("fit_loglog_slope", "called lncourse.nope.loglog_slope")
+@wrong("fit_loglog_slope", "called lncourse.nope.variance.loglog_slope")
 def slope_by_package(variance, m_min):
-    from lncourse import nope
+    from lncourse.nope import variance as nope
     return nope.loglog_slope(variance, m_min=m_min)
 
 

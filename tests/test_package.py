@@ -88,6 +88,6 @@ def test_cycle_finds_loops(graph, expected):
 
 def test_imports_are_read_relative_and_absolute():
     graph = {module_name(p): imports(p) for p in MODULES}
-    assert "lncourse.multiset" in graph["lncourse.multiset_fused"]
-    assert "lncourse.majority_train" in graph["lncourse.majority_single"]
-    assert "lncourse.rng" in graph["lncourse.majority_config"]
+    assert "lncourse.majority.multiset" in graph["lncourse.majority.multiset_fused"]
+    assert "lncourse.majority.train" in graph["lncourse.majority.single"]
+    assert "lncourse.rng" in graph["lncourse.majority.config"]

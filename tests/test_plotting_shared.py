@@ -10,6 +10,9 @@ import pytest
 from matplotlib.figure import Figure
 
 from lncourse import plotting
+from lncourse.geometry import figures as geometry_figures
+from lncourse.majority import figures as majority_figures
+from lncourse.selectability import figures as selectability_figures
 from lncourse.plotting.style import COLORS, SERIES, blank_figure, figure_and_axes
 
 PLOTTING = Path(plotting.__file__).parent
@@ -68,16 +71,16 @@ def test_figures_draw_into_given_axes():
     rng = np.random.default_rng(0)
     pts = rng.normal(size=(20, 3))
     three = [host.add_subplot(3, 3, i + 1, projection="3d") for i in range(3)]
-    assert plotting.ln_pipeline_3d(pts, pts, pts, ax=three) is host
-    assert plotting.ellipse_in_plane(pts, pts, np.ones(3), np.zeros(3),
+    assert geometry_figures.ln_pipeline_3d(pts, pts, pts, ax=three) is host
+    assert geometry_figures.ellipse_in_plane(pts, pts, np.ones(3), np.zeros(3),
                                      ax=host.add_subplot(3, 3, 4, projection="3d")) is host
     panels = {"a": (pts, pts), "b": (pts, pts)}
     two_3d = [host.add_subplot(3, 3, 5 + i, projection="3d") for i in range(2)]
-    assert plotting.keys_queries_3d(panels, ax=two_3d) is host
+    assert majority_figures.keys_queries_3d(panels, ax=two_3d) is host
     flat = [host.add_subplot(3, 3, 7 + i) for i in range(2)]
     history = {"step": [0, 1, 2], "train_loss": [3, 2, 1], "test_loss": [3, 2.5, 2]}
-    assert plotting.lm_loss_curves({"m": history}, ax=flat) is host
-    assert plotting.variance_errors([1, 10], {"two-pass": [1e-3, 1e-3]},
+    assert selectability_figures.lm_loss_curves({"m": history}, ax=flat) is host
+    assert geometry_figures.variance_errors([1, 10], {"two-pass": [1e-3, 1e-3]},
                                     ax=host.add_subplot(3, 3, 9)) is host
     assert len(host.axes) == 9 and plt.get_fignums() == []
 
@@ -90,7 +93,7 @@ def test_interactive_figure_redraws_on_change(monkeypatch):
 
     def draw(a, b):
         calls.append((a, b))
-        return plotting.folding_errors([0, 1], {"x": [a, b]})
+        return geometry_figures.folding_errors([0, 1], {"x": [a, b]})
 
     w = plotting.interactive_figure(draw, a=widgets.FloatSlider(value=1.0, min=0.5, max=2.0),
                                     b=(1.0, 3.0, 0.5))
@@ -111,7 +114,7 @@ def test_without_a_front_end_no_widget_is_built(monkeypatch):
 
     def draw(a, c, b=2.5):
         calls.append((a, b, c))
-        return plotting.folding_errors([0, 1], {"x": [a, b]})
+        return geometry_figures.folding_errors([0, 1], {"x": [a, b]})
 
     monkeypatch.setenv("LNCOURSE_NO_WIDGETS", "1")
     monkeypatch.setattr(widgets.Widget, "__init__", lambda *a, **k: pytest.fail("a widget"))

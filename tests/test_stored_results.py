@@ -1,7 +1,7 @@
 """Every stored result (results/**/*.json) must still come out of today's code: a test
 recomputes a prefix of each majority run (the first training steps, the first evaluation)
 and compares. And results/README.md lists every stored file with the command that writes
-it. The numbers chapter 3 reports are guarded in tests/test_majority_report.py."""
+it. The numbers chapter 3 reports are guarded in tests/majority/test_report.py."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_readme_lists_every_stored_result():
 @pytest.mark.parametrize("path", MAJORITY, ids=lambda p: p.stem)
 def test_stored_majority_run_replays(path):
     """The first seed's models, retrained for the first steps, give the stored losses."""
-    from lncourse.majority_config import MajorityConfig
-    from lncourse.majority_train import TRACE_STEPS, train
+    from lncourse.majority.config import MajorityConfig
+    from lncourse.majority.train import TRACE_STEPS, train
 
     stored = _load(path)
     config = MajorityConfig.from_dict(stored["config"])
@@ -69,7 +69,7 @@ def test_stored_majority_run_replays(path):
 def test_stored_benchmark_losses_replay():
     """The benchmark's fused losses for the first seed come out of today's code (its
     timings cannot be replayed; its claim that the methods agree can)."""
-    from lncourse.majority_bench import compare
+    from lncourse.majority.bench import compare
 
     stored = _load(RESULTS_DIR / "majority" / "throughput.json")
     out = compare(n_seeds=1, variants=tuple(stored["variants"]),
@@ -83,7 +83,7 @@ def test_stored_benchmark_losses_replay():
 
 CHAPTER3 = ("paper", "grid_b500", "grid_b6000", "three_d")
 # that chapter 3's conclusions hold for the stored runs, and every number it reports, is
-# tested in tests/test_majority_report.py (one recomputation shared by both)
+# tested in tests/majority/test_report.py (one recomputation shared by both)
 
 
 @pytest.mark.skipif(not all((RESULTS_DIR / "majority" / f"{n}.json").exists() for n in CHAPTER3),
@@ -103,7 +103,7 @@ CHAPTER3 = ("paper", "grid_b500", "grid_b6000", "three_d")
 def test_chapter3_conclusions_fail_on_contrary_evidence(key, variants, shift, monkeypatch):
     """The claims are computed, not asserted: shift some variants' accuracy curves and the
     statement that rests on them stops holding."""
-    from lncourse import majority_verdict as V
+    from lncourse.majority import verdict as V
 
     monkeypatch.setattr(V, "_uniformity_claim", lambda paper, stats=None: V.Claim("uniformity", "", True))
     paper, grid_b500, grid_b6000, three_d = (_load(RESULTS_DIR / "majority" / f"{n}.json")

@@ -4,24 +4,24 @@ Each compares the function with a reference computed in float64 (or, where the e
 asks for a property, checks that property) on fixed and edge-case inputs, prints one
 line when it passes and returns None, and raises ``AssertionError`` naming the likely
 mistake when it fails. ``hidden=True`` adds teacher-only inputs (used by the autograder,
-``python -m lncourse.grade --hidden``). Calls the exercise forbids (for example
+``python -m lncourse.grading.grade --hidden``). Calls the exercise forbids (for example
 ``F.layer_norm`` when the exercise is to write LayerNorm) stop with a message, and so
 does a call that runs past a time limit.
 """
 
-from ._core import assert_signature, run_check  # noqa: F401
-from .layernorm import (  # noqa: F401
+from lncourse.checks._core import assert_signature, run_check  # noqa: F401
+from lncourse.checks.layernorm import (  # noqa: F401
     check_centering_matrix, check_fold_into_linear, check_layer_norm_fgh,
     check_layer_norm_jacobian, check_layer_norm_on_plane, check_rms_norm_gain,
 )
-from .majority import (  # noqa: F401
+from lncourse.checks.majority import (  # noqa: F401
     check_attend_counts, check_has_clear_majority, check_norm_without_projection,
     check_query_angle, check_uniform_query_weights,
 )
-from .selectability import (  # noqa: F401
+from lncourse.checks.selectability import (  # noqa: F401
     check_braid_reflect, check_ellipsoid_query, check_hull_vertices_2d, check_unselectable_lp,
 )
-from .nope import (  # noqa: F401
+from lncourse.checks.nope import (  # noqa: F401
     check_effective_tokens, check_fit_loglog_slope, check_masked_attention, check_running_mean,
     check_sample_covariance,
 )

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._compare import (Verdict, compare, describe_case, precision_of, tolerance, upcast)
-from ._guard import call_learner
+from lncourse.checks._compare import (Verdict, compare, describe_case, precision_of, tolerance, upcast)
+from lncourse.checks._guard import call_learner
 
 Case = tuple[tuple, dict]
 Mistake = tuple[str, Callable[..., Any]]            # (message, the wrong answer)

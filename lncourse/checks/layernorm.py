@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..layernorm import projection_matrix
-from ._core import case, generator, run_check
+from lncourse.layernorm import projection_matrix
+from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_layer_norm_fgh", "check_centering_matrix", "check_layer_norm_on_plane",
            "check_fold_into_linear", "check_rms_norm_gain", "check_layer_norm_jacobian"]
@@ -337,7 +337,7 @@ def check_layer_norm_jacobian(fn: Callable[[Tensor, Tensor, float], Tensor], *,
 
 
 # The known mistakes of every exercise this module checks, by the exercise's function
-# name (tests/test_checks_exercises.py writes an answer for each).
+# name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
     "layer_norm_fgh": _LN_MISTAKES,
     "centering_matrix": _P_MISTAKES,

@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._compare import Verdict, kind_problem
-from ._core import case, generator, run_check
+from lncourse.checks._compare import Verdict, kind_problem
+from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_has_clear_majority", "check_norm_without_projection",
            "check_query_angle", "check_attend_counts", "check_uniform_query_weights"]
@@ -89,7 +89,7 @@ def check_norm_without_projection(fn: Callable[[Tensor], Tensor], *, hidden: boo
                   case(torch.randn(5, 21, generator=g, dtype=torch.float64))]
     run_check(fn, "norm_without_projection", ["x"], cases, reference=_no_projection,
               mistakes=_NO_PROJECTION_MISTAKES, forbidden={
-                  "lncourse.majority.norm1": "this exercise asks you to write it yourself, "
+                  "lncourse.majority.task.norm1": "this exercise asks you to write it yourself, "
                   "not to call the chapter's norm1"})
 
 
@@ -134,7 +134,7 @@ def check_query_angle(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -
                   case(torch.randn(20, 5, generator=g, dtype=torch.float64))]
     run_check(fn, "query_angle", ["queries"], cases, reference=_angle,
               mistakes=_ANGLE_MISTAKES, slack=_acos_slack, forbidden={
-                  "lncourse.majority.query_angles": "this exercise asks you to write it "
+                  "lncourse.majority.task.query_angles": "this exercise asks you to write it "
                   "yourself, not to call the chapter's query_angles"})
 
 
@@ -245,7 +245,7 @@ def check_uniform_query_weights(fn: Callable[[int], tuple[Tensor, Tensor]], *,
 
 
 # The known mistakes of every exercise this module checks, by the exercise's function
-# name (tests/test_checks_exercises.py writes an answer for each).
+# name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
     "has_clear_majority": _MARGIN_MISTAKES,
     "uniform_query_weights": _UNIFORM_MISTAKES,

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ..nope import loglog_slope
-from ._core import case, generator, run_check
+from lncourse.nope.variance import loglog_slope
+from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_running_mean", "check_sample_covariance", "check_fit_loglog_slope",
            "check_masked_attention", "check_effective_tokens"]
@@ -116,7 +116,7 @@ def check_fit_loglog_slope(fn: Callable[[Tensor, int], float], *, hidden: bool =
                                                                 dtype=torch.float64)), 3)]
     run_check(fn, "fit_loglog_slope", ["variance", "m_min"], cases,
               reference=lambda v, mm: loglog_slope(v, m_min=mm), mistakes=_SLOPE_MISTAKES,
-              forbidden={"lncourse.nope.loglog_slope": "this exercise asks you to write the "
+              forbidden={"lncourse.nope.variance.loglog_slope": "this exercise asks you to write the "
                          "fit yourself (nope.loglog_slope is the package's answer)"})
 
 
@@ -200,7 +200,7 @@ def check_effective_tokens(fn: Callable[[Tensor], Tensor], *, hidden: bool = Fal
 
 
 # The known mistakes of every exercise this module checks, by the exercise's function
-# name (tests/test_checks_exercises.py writes an answer for each).
+# name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
     "running_mean": _RUNNING_MEAN_MISTAKES,
     "sample_covariance": _COVARIANCE_MISTAKES,

@@ -10,16 +10,16 @@ import torch
 from scipy.optimize import linprog
 from torch import Tensor
 
-from ..layernorm import layer_norm
-from ..selectability import selectability
-from ._compare import Verdict, kind_problem
-from ._core import case, generator, run_check
+from lncourse.layernorm import layer_norm
+from lncourse.selectability.exact import selectability
+from lncourse.checks._compare import Verdict, kind_problem
+from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_hull_vertices_2d", "check_unselectable_lp", "check_ellipsoid_query",
            "check_braid_reflect"]
 
-_SOLVERS = ("lncourse.selectability.selectability", "lncourse.selectability.selectability_batch",
-            "lncourse.selectability_experiments.selectability_lp_baseline")
+_SOLVERS = ("lncourse.selectability.exact.selectability", "lncourse.selectability.exact.selectability_batch",
+            "lncourse.selectability.experiments.selectability_lp_baseline")
 
 
 def _selectable(keys: Tensor) -> Tensor:
@@ -268,7 +268,7 @@ def check_braid_reflect(fn: Callable[[Tensor, int, int], Tensor], *, hidden: boo
 
 
 # The known mistakes of every exercise this module checks, by the exercise's function
-# name (tests/test_checks_exercises.py writes an answer for each).
+# name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
     "hull_vertices_2d": _HULL_MISTAKES,
     "unselectable_lp": _LP_MISTAKES,

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .style import COLORS
+from lncourse.plotting.style import COLORS
 
 __all__ = ["plane_basis", "draw_plane", "draw_ones", "frame_3d"]
 

@@ -153,7 +153,7 @@ def band(ax: Axes, x, values, label: str | None = None, color: str | None = None
 
 
 # The width of the site's text column at a 1280 px window, in CSS pixels, measured in
-# Chromium (tests/test_site.py checks what a reader then sees); a figure wider than this
+# Chromium (tests/book/test_site.py checks what a reader then sees); a figure wider than this
 # is shrunk to fit, its text with it.
 COLUMN_PX = 720
 MIN_TEXT_PX = 10.0      # the smallest text a figure may show on the site, in CSS pixels

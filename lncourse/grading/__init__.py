@@ -1,0 +1,1 @@
+"""Grading apart from the science: the grader (``python -m lncourse.grading.grade``), its sandbox, the submission reader and the exercise registry. No science module imports this package; the checks' guard (:mod:`.guard`) runs in the learner's process."""

@@ -1,0 +1,218 @@
+"""The learner's process: ``python -I -m lncourse.grading.learner`` (started by
+``lncourse.grading.sandbox``, inside bubblewrap where the system has it).
+
+It is a fresh interpreter, never a fork of the grader: it holds no descriptor but its
+own two pipes (requests on fd 0, replies on fd 1, moved aside at start; 0, 1 and 2 then
+point at /dev/null), and nothing of the checker's memory. ``lncourse.checks`` cannot be
+imported here (the references and the hidden inputs stay in the checker's process; under
+bubblewrap their folder is not even visible).
+
+It imports PyTorch once, then, for each exercise of the submission, forks a child that
+runs the statements the exercise's function needs and answers the checker's calls as
+plain data (``lncourse.grading.wire``). When the exercise ends, every other process of
+the sandbox is killed before the next one starts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.abc
+import inspect
+import os
+import resource
+import signal
+import sys
+import traceback
+from typing import Any
+
+_BLOCKED = ("lncourse.checks", "lncourse.grading.grade", "lncourse.grading.sandbox")
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
+
+
+class _NoChecks(importlib.abc.MetaPathFinder):
+    """Refuses to import the checks (and the grader) in the learner's process."""
+
+    def find_spec(self, name, path=None, target=None):
+        if any(name == b or name.startswith(b + ".") for b in _BLOCKED) \
+                and name not in ("lncourse.grading.wire", "lncourse.guard"):
+            raise ImportError(f"{name} cannot be imported while an exercise is graded")
+        return None
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+class _Printed:
+    """Keeps the first ``room`` characters printed and counts the rest, in O(1) a write."""
+
+    def __init__(self, room: int):
+        self.kept, self.room, self.total = [], room, 0
+
+    def write(self, text: str) -> int:
+        n = len(text)
+        if self.room > 0:
+            self.kept.append(text[:self.room])
+            self.room -= min(n, self.room)
+        self.total += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _describe(fn: Any) -> dict:
+    if fn is None:
+        return {"kind": "missing"}
+    if not callable(fn):
+        return {"kind": "not callable", "type": type(fn).__name__[:100]}
+    try:
+        params = [[p.name, int(p.kind), p.default is not inspect.Parameter.empty]
+                  for p in inspect.signature(fn).parameters.values()]
+    except (TypeError, ValueError):
+        return {"kind": "builtin", "name": str(getattr(fn, "__name__", "?"))[:100]}
+    return {"kind": "function", "name": str(getattr(fn, "__name__", "?"))[:100], "params": params}
+
+
+def _limits(job: dict) -> None:
+    with open("/proc/self/status") as status:
+        used_kb = next(int(line.split()[1]) for line in status if line.startswith("VmSize"))
+    cap = used_kb * 1024 + int(job["memory_mb"]) * 2**20
+    cpu = int(job["seconds"]) + 2
+    for limit, value in ((resource.RLIMIT_AS, cap), (resource.RLIMIT_CPU, cpu),
+                         (resource.RLIMIT_FSIZE, 16 * 2**20), (resource.RLIMIT_NPROC, 256),
+                         (resource.RLIMIT_CORE, 0)):
+        try:
+            resource.setrlimit(limit, (value, value))
+        except (OSError, ValueError):
+            pass
+
+
+def _exercise(rin: int, rout: int, job: dict) -> None:
+    """The child of one exercise: run the statements, then answer calls until "end"."""
+    import ast
+    import linecache
+
+    from lncourse.guard import call_learner
+    from lncourse.grading.wire import WireError, decode, read_frame, send
+
+    printed = _Printed(int(job["printed"]))
+    sys.stdout = sys.stderr = printed
+    try:
+        _limits(job)
+    except (OSError, StopIteration, ValueError):
+        pass
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    problems = []
+    for filename, source, wanted in job["cells"]:
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        body = ast.parse(source, filename).body
+        for index in wanted:
+            try:
+                exec(compile(ast.Module([body[index]], []), filename, "exec"), namespace)
+            except BaseException as err:  # noqa: BLE001 (the learner's code)
+                where = traceback.extract_tb(err.__traceback__)[-1]
+                problems.append(f"{type(err).__name__}: {str(err)[:300]} "
+                                f"({where.filename}, line {where.lineno})")
+    fn = namespace.get(job["function"])
+    send(rout, {"op": "ready", "problems": problems, "function": _describe(fn)})
+    memory_mb = job["memory_mb"]
+    while True:
+        header, blobs = read_frame(rin)
+        if header.get("op") == "printed":
+            send(rout, {"op": "printed", "kept": "".join(printed.kept), "total": printed.total})
+            continue
+        if header.get("op") != "call":
+            return
+        name, where = str(header["name"]), str(header["where"])
+        try:
+            args, kwargs = decode(header["args"], blobs), decode(header["kwargs"], blobs)
+            forbidden = {str(k): str(v) for k, v in header["forbidden"].items()}
+            out, args, kwargs = call_learner(fn, args, kwargs, name=name, where=where,
+                                             forbidden=forbidden)
+            send(rout, {"op": "answer", "ok": True}, out=out, args=args, kwargs=kwargs)
+        except NotImplementedError as err:
+            send(rout, {"op": "answer", "ok": False, "type": "NotImplementedError",
+                        "message": str(err)[:2000]})
+        except (AssertionError, WireError, MemoryError) as err:
+            message = str(err)
+            if isinstance(err, MemoryError) or "can't allocate memory" in message \
+                    or "out of memory" in message:
+                message = (f"{name}: your function ran out of memory (the grader allows "
+                           f"{memory_mb} MB) on input ({where})")
+            elif isinstance(err, WireError):
+                message = f"{name}: {err} (on input ({where}))"
+            send(rout, {"op": "answer", "ok": False, "type": "AssertionError",
+                        "message": message[:4000]})
+
+
+def _kill_the_rest(namespace: bool, me: int) -> None:
+    """Kill every process of this sandbox but this one (in a PID namespace: kill(-1))."""
+    if namespace:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    else:   # the fallback: our descendants, found through /proc (we are their subreaper)
+        from lncourse.grading.contain import kill_descendants
+        kill_descendants(me)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def main() -> None:
+    rin, rout = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    sys.meta_path.insert(0, _NoChecks())
+    for name in [m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in _BLOCKED)]:
+        del sys.modules[name]
+    os.environ.update(LNCOURSE_PROGRESS="0", LNCOURSE_NO_WIDGETS="1", OMP_NUM_THREADS="1")
+    namespace = os.environ.get("LNCOURSE_SANDBOX") == "bwrap"
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    import numpy  # noqa: F401  (imported once, before the forks)
+    import torch
+
+    from lncourse.grading.wire import read_frame, send
+    torch.set_num_threads(1)
+    me = os.getpid()
+    send(rout, {"op": "started"})
+    while True:
+        try:
+            header, _ = read_frame(rin)
+        except EOFError:
+            return
+        if header.get("op") != "run":
+            return
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                os.chdir(header.get("tmp") or "/tmp")
+                _exercise(rin, rout, header)
+            except BaseException:  # noqa: BLE001
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        _kill_the_rest(namespace, me)
+        send(rout, {"op": "exited", "status": os.waitstatus_to_exitcode(status)})
+
+
+if __name__ == "__main__":
+    main()

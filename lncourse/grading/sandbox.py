@@ -1,0 +1,240 @@
+"""Running a learner's code in a process of its own, for the autograder.
+
+``Learner`` starts one learner's process for a submission (``lncourse.grading.learner``:
+a fresh interpreter, contained by ``lncourse.grading.contain``), and ``Sandbox`` runs
+one exercise in it: the statements the learner's function needs, under a time limit and
+a memory cap, then the calls of the check. ``Sandbox.function`` returns a stand-in for
+the learner's function that the checks call like any function
+(``lncourse.guard.call_learner`` knows it): the arguments go to the learner's
+process, the answer comes back.
+
+Nothing the learner's code does reaches the process that runs the check: the learner's
+process is not a fork of it and holds only its own two pipes; messages are plain data
+in bounded frames (``lncourse.grading.wire``: JSON and array bytes, never pickles),
+whose size the checker limits as it reads them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from lncourse.grading.contain import bwrap, fallback_preexec, readable, kill_descendants, learner_command
+from lncourse.guard import timeout_message
+from lncourse.grading.wire import MAX_FRAME, WireError, decode, read_frame, send
+
+MAX_ANSWER_BYTES = MAX_FRAME       # an answer larger than this is refused
+MAX_PRINTED = 2000                 # characters of printed output kept
+STARTUP = 300.0                    # seconds a learner's process may take to import PyTorch
+
+
+class Learner:
+    """One submission's learner process (started on first use, restarted after a kill)."""
+
+    def __init__(self, hide: list[Path] = ()):
+        self.hide = list(hide)
+        self.process: subprocess.Popen | None = None
+        self.tmp: str | None = None
+        self.fallback = False
+
+    def ensure(self) -> subprocess.Popen:
+        if self.process is None or self.process.poll() is not None:
+            self.kill()
+            argv, env = learner_command(self.hide)
+            fallback = bwrap() is None
+            preexec = None
+            if fallback:
+                self.tmp = tempfile.mkdtemp(prefix="lncourse-grade-")
+                env.update(HOME=self.tmp, TMPDIR=self.tmp)
+                preexec = fallback_preexec(readable(), [self.tmp, os.devnull])
+            self.process = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=env, close_fds=True, cwd=self.tmp or "/", preexec_fn=preexec, bufsize=0)
+            self.fallback = fallback
+            self._started()
+        return self.process
+
+    def _started(self) -> None:
+        """Wait until the learner's process has imported PyTorch (not counted in any
+        exercise's time limit; ``STARTUP`` seconds at most)."""
+        out = self.process.stdout.fileno()
+        ready, _, _ = select.select([out], [], [], STARTUP)
+        try:
+            header, _ = read_frame(out, 4096) if ready else ({}, [])
+        except (EOFError, WireError):
+            header = {}
+        if header.get("op") != "started":
+            self.kill()
+            raise AssertionError("the grader could not start a process for your code "
+                                 f"within {STARTUP:.0f} s (is the machine overloaded?)")
+
+    def kill(self) -> None:
+        p, self.process = self.process, None
+        if p is not None:
+            if p.poll() is None:
+                if self.fallback:
+                    kill_descendants(p.pid)
+                try:
+                    os.killpg(p.pid, signal.SIGKILL) if self.fallback else p.kill()
+                except (ProcessLookupError, PermissionError):
+                    p.kill()
+            p.wait()
+            for stream in (p.stdin, p.stdout):
+                stream.close()
+        if self.tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+    close = kill
+
+
+class Sandbox:
+    """One exercise in ``learner``: the statements ``cells`` select, then ``function``.
+
+    ``cells``: (file name, source, indices of the top-level statements to run), in order.
+    Everything, from running those statements to the last call, must finish within
+    ``seconds``; the process may use ``memory_mb`` megabytes beyond what it starts with.
+    """
+
+    def __init__(self, cells, function: str, seconds: float, memory_mb: int = 2048,
+                 learner: Learner | None = None):
+        self.function_name, self.limit, self.memory_mb = function, seconds, memory_mb
+        self.learner = learner or Learner()
+        self._own = learner is None
+        process = self.learner.ensure()
+        self.deadline = time.monotonic() + seconds
+        self._in, self._out = process.stdin.fileno(), process.stdout.fileno()
+        self.problems: list[str] = []
+        self.timed_out = self.ended = False
+        send(self._in, {"op": "run", "cells": [[f, s, list(ix)] for f, s, ix in cells],
+                        "function": function, "memory_mb": memory_mb, "seconds": seconds,
+                        "printed": MAX_PRINTED, "tmp": self.learner.tmp})
+
+    def _stopped(self, name: str, where: str | None, how: str) -> AssertionError:
+        self.ended = True
+        return AssertionError(f"{name}: the process running your code stopped ({how}) "
+                              + (f"on input ({where})" if where else "while running the "
+                                 "cells your function needs"))
+
+    def _wait(self, name: str, where: str | None, want: str) -> tuple[dict, list]:
+        left = max(self.deadline - time.monotonic(), 0.0)
+        ready, _, _ = select.select([self._out], [], [], left)
+        if not ready:
+            self.timed_out = True
+            self.learner.kill()
+            if where is None:
+                raise AssertionError(f"{name}: running the cells your function needs did not "
+                                     f"finish within the time limit of {self.limit:.2g} s")
+            raise AssertionError(timeout_message(name, self.limit, where))
+        try:
+            header, blobs = read_frame(self._out, MAX_ANSWER_BYTES)
+        except EOFError:
+            self.learner.kill()
+            raise self._stopped(name, where, "it exited") from None
+        except WireError as err:
+            self.learner.kill()
+            raise AssertionError(f"{name}: your function's answer was refused ({err})"
+                                 + (f" on input ({where})" if where else "")) from None
+        if header.get("op") == "exited":
+            code = header.get("status")
+            how = (f"killed by signal {-code}" + (" (perhaps out of memory)" if code == -9
+                                                  else " (CPU time limit)" if code == -24 else "")
+                   if isinstance(code, int) and code < 0 else f"exit code {code}")
+            raise self._stopped(name, where, how)
+        if header.get("op") != want:
+            self.learner.kill()
+            raise AssertionError(f"{name}: the process running your code sent a message out "
+                                 "of turn" + (f" on input ({where})" if where else ""))
+        return header, blobs
+
+    def start(self) -> dict:
+        """Wait for the needed statements to run; returns what ``function`` is."""
+        header, _ = self._wait(self.function_name, None, "ready")
+        problems, info = header.get("problems"), header.get("function")
+        self.problems = [str(p)[:500] for p in problems] if isinstance(problems, list) else []
+        return info if isinstance(info, dict) else {"kind": "missing"}
+
+    def function(self, info: dict) -> "RemoteFunction":
+        return RemoteFunction(self, info)
+
+    def printed(self) -> tuple[str, int]:
+        """What the learner's code printed: (the first MAX_PRINTED characters, total)."""
+        if self.ended or self.timed_out or self.learner.process is None:
+            return "", 0
+        try:
+            send(self._in, {"op": "printed"})
+            self.deadline = max(self.deadline, time.monotonic() + 5)
+            header, _ = self._wait(self.function_name, "", "printed")
+            kept, total = header.get("kept"), header.get("total")
+            if isinstance(kept, str) and type(total) is int:
+                return kept[:MAX_PRINTED], total
+        except (AssertionError, OSError):
+            pass
+        return "", 0
+
+    def close(self) -> None:
+        """End the exercise: the learner's child and everything it started are killed."""
+        if self.learner.process is None or self.timed_out:
+            return
+        if not self.ended:
+            try:
+                send(self._in, {"op": "end"})
+                self.deadline = time.monotonic() + 10
+                while True:     # until the learner's process reports the exercise over
+                    try:
+                        self._wait(self.function_name, None, "exited")
+                    except AssertionError:
+                        break
+            except OSError:
+                self.learner.kill()
+        if self._own:
+            self.learner.kill()
+
+
+class RemoteFunction:
+    """Stands in for the learner's function: same name and signature, runs remotely."""
+
+    def __init__(self, sandbox: Sandbox, info: dict):
+        self._sandbox = sandbox
+        self.__name__ = str(info.get("name", "?"))
+        try:
+            self.__signature__ = inspect.Signature([
+                inspect.Parameter(str(name), inspect._ParameterKind(int(kind)),
+                                  default=None if has_default else inspect.Parameter.empty)
+                for name, kind, has_default in info["params"]])
+        except (TypeError, ValueError, KeyError):
+            self.__signature__ = inspect.Signature([])
+
+    def __call__(self, *args, **kwargs):
+        return self.lncourse_call(args, kwargs, name=self.__name__, where="a direct call")[0]
+
+    def lncourse_call(self, args: tuple, kwargs: dict, *, name: str, where: str,
+                      forbidden: dict | None = None, seconds: float | None = None,
+                      limit: float | None = None) -> tuple[Any, tuple, dict]:
+        """``call_learner`` for a function in the sandbox; the sandbox's deadline applies."""
+        sandbox = self._sandbox
+        if sandbox.ended or sandbox.timed_out:
+            raise AssertionError(f"{name}: the process running your code has stopped")
+        send(sandbox._in, {"op": "call", "name": name, "where": where,
+                           "forbidden": dict(forbidden or {})},
+             args=tuple(args), kwargs=dict(kwargs))
+        header, blobs = sandbox._wait(name, where, "answer")
+        if not header.get("ok"):
+            error = (NotImplementedError if header.get("type") == "NotImplementedError"
+                     else AssertionError)
+            raise error(str(header.get("message", ""))[:4000])
+        try:
+            used: set = set()
+            return (decode(header["out"], blobs, used), decode(header["args"], blobs, used),
+                    decode(header["kwargs"], blobs, used))
+        except (WireError, KeyError) as err:
+            raise AssertionError(f"{name}: your function's answer was refused ({err}) on "
+                                 f"input ({where})") from None

@@ -1,0 +1,265 @@
+"""Reading a submitted notebook: its chapter, and the code each exercise needs.
+
+The grader never runs a submission top to bottom (that would re-run a chapter's
+training). For each exercise it takes the learner's function and only the top-level
+statements that function needs, found by following names back through the notebook:
+the imports, the helpers, the constants it uses, and what those need in turn.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import json
+import symtable
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lncourse.grading.exercises import CHAPTERS, Chapter, Exercise, chapter as find_chapter
+
+
+@dataclass(frozen=True)
+class Statement:
+    cell: int             # index among the notebook's code cells
+    index: int            # index among the cell's top-level statements
+    binds: frozenset      # names the statement binds at the top level
+    needs: frozenset      # names it reads from the top level (a function: when called)
+    definition: bool      # a def or class: what it reads is looked up when it is called
+
+
+@dataclass
+class Submission:
+    path: Path
+    chapter: Chapter | None = None
+    notes: list[str] = field(default_factory=list)       # about the whole notebook
+    sources: list[str] = field(default_factory=list)     # code cells, as Python
+    syntax_errors: dict[int, str] = field(default_factory=dict)   # cell -> message
+    labels: dict[str, int] = field(default_factory=dict)          # exercise label -> cell
+    statements: list[Statement] = field(default_factory=list)
+    student_id: str | None = None        # from the notebook's metadata (lncourse.student_id)
+    solution_edition: bool = False       # a submitted solution edition: flagged
+
+    def filename(self, cell: int) -> str:
+        return f"<cell {cell + 1}>"
+
+
+@dataclass(frozen=True)
+class Program:
+    """What to run for one exercise: (file name, cell source, statement indices)."""
+    cells: tuple[tuple[str, str, tuple[int, ...]], ...]
+
+
+def _python(source: str) -> str:
+    """A code cell as Python: IPython's magics and shell escapes become calls."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(source)
+
+
+def _scope_names(source: str) -> tuple[set[str], set[str]]:
+    """(names bound at the top level, names read from it) by one top-level statement."""
+    try:
+        table = symtable.symtable(source, "<statement>", "exec")
+    except SyntaxError:  # valid for the parser, not for the compiler (nonlocal at the top)
+        return set(), set()
+    binds = {s.get_name() for s in table.get_symbols()
+             if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    needs = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+
+    def inner(t: symtable.SymbolTable) -> None:
+        for child in t.get_children():
+            needs.update(s.get_name() for s in child.get_symbols()
+                         if s.is_referenced() and (s.is_global() or s.is_declared_global()))
+            inner(child)
+    inner(table)
+    return binds, needs
+
+
+def _get(d, *keys):
+    """``d[k1][k2]...``, or None where a level is missing or not a JSON object."""
+    for k in keys:
+        d = d.get(k) if isinstance(d, dict) else None
+    return d
+
+
+def _chapter_of(nb: dict, defined: set[str]) -> tuple[Chapter | None, str | None]:
+    colab = _get(nb, "metadata", "colab", "name")
+    for key in (_get(nb, "metadata", "lncourse", "chapter"),
+                _get(nb, "metadata", "lncourse", "source"),
+                colab.rsplit("_", 1)[0] if isinstance(colab, str) else None):
+        if isinstance(key, (str, int)) and key:
+            try:
+                return find_chapter(key), None
+            except KeyError:
+                pass
+    scores = {ch.stem: sum(e.function in defined for e in ch.exercises) for ch in CHAPTERS}
+    best = max(scores, key=scores.get)
+    if scores[best] == 0:
+        return None, ("the notebook says nothing about its chapter (no lncourse metadata) "
+                      "and defines none of the exercises' functions")
+    return find_chapter(best), (f"the notebook's metadata names no chapter; it was taken "
+                                f"for chapter {best} from the functions it defines")
+
+
+MAX_BYTES = 32 * 2**20      # a notebook file larger than this is refused
+MAX_CODE_CELLS = 2000       # so is one with more code cells than this,
+MAX_SOURCE = 2 * 2**20      # or more characters of code than this
+
+
+def _shape_problem(nb) -> str | None:
+    """Why ``nb`` is not a notebook the grader can read, or None."""
+    if not isinstance(nb, dict):
+        return f"the file holds a JSON {type(nb).__name__}, not a notebook (an object)"
+    if not isinstance(nb.get("metadata", {}), dict):
+        return "its metadata is not a JSON object"
+    cells = nb.get("cells")
+    if not isinstance(cells, list):
+        return "its cells are not a list" if "cells" in nb else "it has no cells"
+    if not all(isinstance(c, dict) for c in cells):
+        return "some of its cells are not JSON objects"
+    code = [c for c in cells if c.get("cell_type") == "code"]
+    if len(code) > MAX_CODE_CELLS:
+        return f"it has {len(code):,} code cells, more than the {MAX_CODE_CELLS:,} the grader reads"
+    total = 0
+    for number, c in enumerate(code, 1):
+        source = c.get("source", "")
+        if not (isinstance(source, str) or isinstance(source, list)
+                and all(isinstance(line, str) for line in source)):
+            return f"the source of code cell {number} is not text"
+        total += len(source) if isinstance(source, str) else sum(map(len, source))
+        if not isinstance(c.get("metadata", {}), dict):
+            return f"the metadata of code cell {number} is not a JSON object"
+        meta = c.get("metadata", {}).get("lncourse", {})
+        if not isinstance(meta, dict) or not isinstance(meta.get("exercise", ""), str):
+            return f"the exercise label of code cell {number} is not text"
+    if total > MAX_SOURCE:
+        return f"it holds {total:,} characters of code, more than the {MAX_SOURCE:,} allowed"
+    return None
+
+
+def read_submission(path: str | Path) -> Submission:
+    """Parse a notebook: chapter, code cells as Python, their top-level statements.
+
+    A file that is not a notebook of the expected shape, or is too large to read quickly
+    (``MAX_BYTES``, ``MAX_CODE_CELLS``, ``MAX_SOURCE``), gets a note and no code."""
+    sub = Submission(Path(path))
+    try:
+        size = Path(path).stat().st_size
+        if size > MAX_BYTES:
+            raise ValueError(f"{size:,} bytes, more than the {MAX_BYTES:,} allowed")
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+        problem = _shape_problem(nb)
+        if problem:
+            raise ValueError(problem)
+        cells = [c for c in nb["cells"] if c.get("cell_type") == "code"]
+    except (OSError, ValueError, RecursionError, UnicodeDecodeError) as err:
+        sub.notes.append(f"this file could not be read as a notebook ({type(err).__name__}: "
+                         f"{str(err)[:300]}); nothing was graded")
+        return sub
+    try:
+        _read_cells(sub, nb, cells)
+    except Exception as err:  # noqa: BLE001 (one odd notebook never stops the class)
+        sub.statements.clear()
+        sub.notes.append(f"this notebook could not be parsed ({type(err).__name__}: "
+                         f"{str(err)[:300]}); nothing was graded")
+    return sub
+
+
+def _read_cells(sub: Submission, nb: dict, cells: list[dict]) -> None:
+    defined = set()
+    for number, cell in enumerate(cells):
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else source
+        label = cell.get("metadata", {}).get("lncourse", {}).get("exercise")
+        if label:
+            sub.labels[label] = number
+        try:
+            source = _python(source)
+            body = ast.parse(source, sub.filename(number)).body
+        except SyntaxError as err:
+            sub.sources.append(source)
+            sub.syntax_errors[number] = f"line {err.lineno}: {err.msg}"
+            continue
+        sub.sources.append(source)
+        for index, node in enumerate(body):
+            binds, needs = _scope_names(ast.unparse(node))
+            definition = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            sub.statements.append(Statement(number, index, frozenset(binds), frozenset(needs),
+                                            definition))
+            defined |= binds
+    sub.chapter, note = _chapter_of(nb, defined)
+    if note:
+        sub.notes.append(note)
+    student = _get(nb, "metadata", "lncourse", "student_id")
+    if isinstance(student, (str, int)) and str(student).strip():
+        sub.student_id = str(student).strip()[:100]
+    edition = _get(nb, "metadata", "lncourse", "edition")
+    if edition == "solution" or any("# BEGIN SOLUTION" in s for s in sub.sources):
+        sub.solution_edition = True
+        sub.notes.append("FLAGGED: this is the course's solution edition (its metadata or its "
+                         "`# BEGIN SOLUTION` markers say so), not the student notebook")
+
+
+def program_for(sub: Submission, exercise: Exercise) -> tuple[Program | None, str | None]:
+    """The statements ``exercise.function`` needs, or why it cannot be graded.
+
+    A name is looked up as the notebook would see it when the exercise's check runs: the
+    last statement binding it before the end of the cell that defines the function
+    (a statement run at the top level: before that statement).
+    """
+    name = exercise.function
+    definitions = [k for k, s in enumerate(sub.statements) if name in s.binds]
+    if not definitions:
+        return None, _missing(sub, exercise)
+    cell = sub.statements[definitions[-1]].cell
+    end = max(k for k, s in enumerate(sub.statements) if s.cell == cell) + 1
+
+    binders: dict[str, list[int]] = {}      # name -> statements binding it, in order
+    for k, s in enumerate(sub.statements):
+        for n in s.binds:
+            binders.setdefault(n, []).append(k)
+    chosen: set[int] = set()
+    todo, seen = [(name, end)], set()
+    while todo:
+        wanted, before = todo.pop()
+        if (wanted, before) in seen:
+            continue
+        seen.add((wanted, before))
+        at = bisect.bisect_left(binders.get(wanted, []), before)
+        if at == 0 or binders[wanted][at - 1] in chosen:
+            continue
+        k = binders[wanted][at - 1]
+        chosen.add(k)
+        s = sub.statements[k]
+        todo.extend((n, end if s.definition else k) for n in s.needs)
+    by_cell: dict[int, list[int]] = {}
+    for k in sorted(chosen):
+        s = sub.statements[k]
+        by_cell.setdefault(s.cell, []).append(s.index)
+    return Program(tuple((sub.filename(c), sub.sources[c], tuple(ix))
+                         for c, ix in sorted(by_cell.items()))), None
+
+
+def _missing(sub: Submission, exercise: Exercise) -> str:
+    name = exercise.function
+    cell = sub.labels.get(exercise.label)
+    if cell is not None and cell in sub.syntax_errors:
+        return (f"the cell of exercise {exercise.number} has a syntax error "
+                f"({sub.syntax_errors[cell]}), so `{name}` is not defined")
+    if cell is not None:
+        others = [n for s in sub.statements if s.cell == cell for n in s.binds]
+        if others:
+            return (f"the cell of exercise {exercise.number} defines {', '.join(f'`{n}`' for n in others)}"
+                    f" but not `{name}`: the grader looks for a function named `{name}` "
+                    "(was it renamed?)")
+        return f"the cell of exercise {exercise.number} no longer defines `{name}`"
+    broken = [f"cell {c + 1} ({m})" for c, m in sub.syntax_errors.items()]
+    return (f"no cell defines `{name}`: the cell of exercise {exercise.number} is missing "
+            "(deleted?)" + (f"; cells with syntax errors: {', '.join(broken)}" if broken else ""))
+
+
+def chapter_of_class(submissions: list[Submission]) -> Chapter | None:
+    """The chapter most of the submissions belong to."""
+    counts = Counter(s.chapter.stem for s in submissions if s.chapter)
+    return find_chapter(counts.most_common(1)[0][0]) if counts else None

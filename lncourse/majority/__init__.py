@@ -1,0 +1,1 @@
+"""Chapter 3, the majority task: the task and model (:mod:`.task`), the multiset computation (:mod:`.multiset`, :mod:`.multiset_fused`), the configuration and trainers (:mod:`.config`, :mod:`.train`, :mod:`.single`), statistics and the verdict (:mod:`.stats`, :mod:`.verdict`), the benchmark (:mod:`.bench`) and figures."""

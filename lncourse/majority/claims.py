@@ -1,0 +1,159 @@
+"""Chapter 3's claims about what the projection costs, the margin called negligible, our
+distance from the paper's curves and the data seed (chapter 3).
+
+Each function returns :class:`lncourse.claims.Claim` objects computed from the stored
+runs; :func:`lncourse.majority.verdict.claims` lists them with the rest of the verdict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lncourse.majority import stats as ST
+from lncourse.claims import Claim
+
+__all__ = ["NEGLIGIBLE", "NEGLIGIBLE_RATIONALE", "cost_claims", "paper_distance_claim",
+           "data_seed_claim", "fmt_ci"]
+
+# The margin below which an effect of the projection is called negligible, as a fraction
+# of the scale's main effect on the same metric. Rationale: the question is whether the
+# projection, rather than the scale, explains the paper's speed-up; an effect of a fifth
+# of the scale's is too small to be that explanation. It was NOT pre-registered: the first
+# version of this chapter chose it after seeing the paper run's results. It is fixed here,
+# before the data-seed runs, and the verdict reports the equivalence result against it.
+NEGLIGIBLE = 0.2
+NEGLIGIBLE_RATIONALE = ("an effect that small cannot be what explains the paper's speed-up; "
+                        "the margin was chosen after seeing the paper run, in the first "
+                        "version of this chapter, not pre-registered")
+
+
+def fmt_ci(e, fmt: str = "{:+.3f}") -> str:
+    """mean [low, high] of a (mean, low, high) interval."""
+    return f"{fmt.format(e[0])} [{fmt.format(e[1])}, {fmt.format(e[2])}]"
+
+
+def cost_claims(paper: dict, cells80: dict) -> list[Claim]:
+    """The projection's cost at the paper's settings, the margin, and LayerNorm at the
+    released scale against the released variant. cells80: the sensitivity grid's steps
+    to 80% per cell (:func:`lncourse.majority.verdict.grid_cells`)."""
+    acc = ST.per_seed(paper, "mean_acc_to_5000")
+    s80 = ST.per_seed(paper, "steps_to_80")
+    last = int(paper["step"][-1])
+    final = ST.per_seed(paper, f"acc_at_{last}")
+    e_acc = ST.factorial_effects({v: acc[v] for v in ST.DESIGN})
+    e80 = ST.factorial_effects({v: s80[v] for v in ST.DESIGN})
+    e_fin = ST.factorial_effects({v: final[v] for v in ST.DESIGN})
+    slower = [k for k, (vals, _) in cells80.items()
+              if ST.factorial_effects(vals)["projection"][0] > 0]
+    signif = [k for k, (vals, _) in cells80.items()
+              if ST.factorial_effects(vals)["projection"][1] > 0]
+    p, f = e_acc["projection"], e_fin["projection_at_paper_scale"]
+    out = [Claim(
+        "projection_costs_speed",
+        f"The projection does not merely fail to speed learning up: it slows it down. Its "
+        f"main effect on the mean test accuracy over steps 0–5,000 is {fmt_ci(p)}; on the "
+        f"steps to reach 80% it is {fmt_ci(e80['projection'], '{:+,.0f}')} steps; the "
+        f"models with the projection are slower to 80% in {len(slower)} of the "
+        f"{len(cells80)} cells of the sensitivity grid (significantly in {len(signif)}); "
+        f"and at step {last:,} LayerNorm's test accuracy is {-f[0]:.3f} lower than without "
+        f"the projection at the same scale ({fmt_ci(f)}).",
+        p[2] < 0 and e80["projection"][1] > 0 and len(slower) == len(cells80) and f[2] < 0,
+        {"mean_acc": p, "steps_to_80": e80["projection"], "final_acc_at_paper_scale": f,
+         "grid_cells_slower": len(slower), "grid_cells_significant": len(signif),
+         "grid_cells": len(cells80)})]
+
+    # the margin, and whether the projection's effect is within it (either sign)
+    scale = e_acc["scale"][0]
+    proj_seed = ((acc["layernorm"] - acc["no_projection"])
+                 + (acc["layernorm_released_scale"] - acc["no_projection_released"])) / 2
+    bound = ST.equivalence_bound(proj_seed)
+    margin = NEGLIGIBLE * scale
+    out.append(Claim(
+        "negligible_margin",
+        f"We call an effect negligible below {NEGLIGIBLE:.0%} of the scale's main effect, "
+        f"here {margin:.3f} in mean accuracy ({scale:.3f} × {NEGLIGIBLE:g}): "
+        f"{NEGLIGIBLE_RATIONALE}. Against it the projection's effect is equivalent to zero "
+        f"by two one-sided tests (within ±{bound:.3f}, {bound / scale:.0%} of the scale's "
+        f"effect) although it is not zero: a small, significant cost.",
+        bound < margin and p[2] < 0,
+        {"margin_fraction": NEGLIGIBLE, "margin": margin, "scale_effect": scale,
+         "equivalence_bound": bound}))
+
+    # LayerNorm shrunk to the released scale is slower than the released variant
+    d = ST.paired_interval(s80["layernorm_released_scale"] - s80["no_projection_released"])
+    da = ST.paired_interval(acc["layernorm_released_scale"] - acc["no_projection_released"])
+    out.append(Claim(
+        "released_scale_layernorm_slower",
+        f"LayerNorm shrunk to the released scale is slower still than the released variant: "
+        f"{fmt_ci(d, '{:+,.0f}')} steps to 80%, {fmt_ci(da)} in mean accuracy over steps "
+        f"0–5,000.", d[1] > 0 and da[2] < 0, {"steps_to_80": d, "mean_acc": da}))
+    return out
+
+
+def paper_distance_claim(paper: dict) -> Claim:
+    """How far our accuracy at the paper's step 1,000 is above its figure, in standard
+    errors of our 10-seed mean, and one cheap candidate cause: the paper counts 17 steps
+    per epoch ("1000 epochs consisting of 17K steps", appendix E.1), the release 14."""
+    parts, values, z_all = [], {}, []
+    steps = np.asarray(paper["step"], dtype=float)
+    for v in ("layernorm", "no_projection_released"):
+        c = ST.history_arrays(paper, v)
+        ours = ST.value_at(c["step"], c["test_acc"], 1000)
+        se = ours.std(ddof=1) / np.sqrt(len(ours))
+        ref = ST.PAPER["test_acc"][v][1000]
+        z = (ours.mean() - ref) / se
+        at = 1000 * 14 / 17                       # the paper's step 1,000 at 17 steps/epoch
+        mapped = float(np.mean([np.interp(at, steps, row) for row in c["test_acc"]]))
+        z_all.append(z)
+        values[v] = {"ours": float(ours.mean()), "se": float(se), "paper": ref, "z": float(z),
+                     "at_step_824": mapped}
+        parts.append(f"{v}: {ours.mean():.3f} against {ref:.2f}, {z:.1f} standard errors "
+                     f"above (standard error {se:.3f}); at step {at:,.0f}, "
+                     f"{mapped:.3f}")
+    return Claim(
+        "step_1000_above_paper",
+        f"At step 1,000 our test accuracy is {min(z_all):.1f} to {max(z_all):.1f} standard "
+        f"errors above the paper's figure ({'; '.join(parts)}). One cheap candidate cause: "
+        f"the paper's appendix counts 17,000 steps for its 1,000 epochs where the released "
+        f"code takes 14 steps per epoch; if its step axis counts 17 per epoch, its step 1,000 "
+        f"is our step 824 (interpolated), where our accuracies are the ones given last, "
+        f"within {max(abs(values[v]['at_step_824'] - values[v]['paper']) for v in values):.3f}"
+        f" of the paper's. We cannot check its axis; the unseeded data (below) is another "
+        f"candidate.", min(z_all) > 3, values)
+
+
+def data_seed_claim(paper: dict, others: dict[int, dict]) -> Claim:
+    """The released variant against LayerNorm on each data seed (0: the paper run's first
+    5 seeds; others: data seed -> stored run of ``MajorityConfig.other_data``), paired by
+    model seed, on the mean accuracy over steps 0–5,000 and the steps to 80%."""
+    missing = [k for k in (1, 2) if k not in others]
+    if missing:
+        return Claim("data_seed", "Data seeds: pending, no stored run on data seed "
+                     + " or ".join(map(str, missing)) + " yet.", None)
+    runs = {0: paper, **others}
+    short = {k: int(r["step"][-1]) for k, r in runs.items() if r["step"][-1] < 5000}
+    if short:
+        return Claim("data_seed", "Data seeds: pending, the runs on other data are at steps "
+                     + ", ".join(f"{s:,} (data seed {k})" for k, s in sorted(short.items()))
+                     + " of the 5,000 the comparison needs.", None)
+    effects, rows = {}, []
+    for k, r in sorted(runs.items()):
+        n = 5
+        acc = ST.per_seed(r, "mean_acc_to_5000", variants=("layernorm", "no_projection_released"))
+        s80 = ST.per_seed(r, "steps_to_80", variants=("layernorm", "no_projection_released"))
+        ea = ST.paired_interval((acc["no_projection_released"] - acc["layernorm"])[:n])
+        e8 = ST.paired_interval((s80["no_projection_released"] - s80["layernorm"])[:n])
+        effects[k] = {"mean_acc": ea, "steps_to_80": e8}
+        rows.append(f"data seed {k}: {fmt_ci(ea)} in mean accuracy, "
+                    f"{fmt_ci(e8, '{:+,.0f}')} steps to 80%")
+    means = np.array([e["mean_acc"][0] for e in effects.values()])
+    holds = all(e["mean_acc"][2] < 0 and e["steps_to_80"][1] > 0 for e in effects.values())
+    return Claim(
+        "data_seed",
+        f"On three datasets (data seeds 0, 1, 2; 5 model seeds each) the released variant is "
+        f"slower than LayerNorm on every one: {'; '.join(rows)}. The effect on mean accuracy "
+        f"ranges over {means.max() - means.min():.3f} across data seeds, "
+        f"{'less' if means.max() - means.min() < abs(means.mean()) else 'more'} than its "
+        f"size: the verdict does not hang on one dataset." if holds else
+        f"The released variant is not slower than LayerNorm on every dataset: {'; '.join(rows)}.",
+        holds, effects)

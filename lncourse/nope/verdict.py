@@ -1,0 +1,153 @@
+"""Chapter 4's checked claims about the position probe, from the stored results.
+
+:func:`summary` gives the per-depth error of the all-positions probe
+(:mod:`lncourse.nope.stream`) as a mean over seeds with a 95% t interval, and the depth
+trend (per seed, the least-squares slope of the error against depth over depths
+1 ... K; then its mean and interval over seeds). :func:`claims` states the comparison
+with Chi et al.'s Figure 2 and the ablation's readings, each with the numbers it rests on
+and whether it holds (None while too few models have finished), in the pattern of
+:func:`lncourse.majority.verdict.claims`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lncourse.claims import Claim
+from lncourse.summary import paired_interval
+
+__all__ = ["summary", "depth_slope", "claims", "ablation_claims", "below_baseline_claims",
+           "uniform_guess", "HYPOTHESES"]
+
+
+def depth_slope(mae) -> float:
+    """Least-squares slope of the error against depth over depths 1 ... K (depth 0, the
+    LayerNorm of the raw inputs, carries no position by construction)."""
+    y = np.asarray(mae, dtype=float)[1:]
+    x = np.arange(1, len(y) + 1, dtype=float)
+    x -= x.mean()
+    return float((x * (y - y.mean())).sum() / (x * x).sum())
+
+
+def _interval(values) -> tuple[float, float, float] | None:
+    v = np.asarray(values, dtype=float)
+    return paired_interval(v) if len(v) >= 2 else None
+
+
+def summary(stored: dict, key: str = "mae_classifier") -> dict:
+    """Per kind (causal, bidirectional) of a stored run (``key``: which per-depth errors;
+    ``"mae"`` for :mod:`lncourse.nope.probe`'s run): ``mae`` (mean per depth),
+    ``ci`` ((low, high) per depth, None for one seed), ``slope`` (mean, low, high or
+    None), ``mean_1_to_K`` (the error averaged over depths 1 ... K: mean, low, high or
+    None), ``seeds``."""
+    out = {}
+    for kind, runs in stored["results"].items():
+        if not runs:
+            continue
+        mae = np.array([r[key] for r in runs])                       # (seeds, K + 1)
+        per_depth = [_interval(mae[:, k]) for k in range(mae.shape[1])]
+        out[kind] = {"mae": mae.mean(0).tolist(),
+                     "ci": [None if c is None else (c[1], c[2]) for c in per_depth],
+                     "slope": _interval([depth_slope(m) for m in mae]),
+                     "mean_1_to_K": _interval(mae[:, 1:].mean(1)),
+                     "seeds": len(runs), "per_seed": mae.tolist()}
+    return out
+
+
+def _ci(e, fmt: str = "{:.1f}") -> str:
+    return f"{fmt.format(e[0])} [{fmt.format(e[1])}, {fmt.format(e[2])}]"
+
+
+def claims(stored: dict, ablation: dict | None = None, key: str = "mae_classifier"
+           ) -> list[Claim]:
+    """The verdict on Figure 2 from a stored probe run (``key`` as in :func:`summary`),
+    and the ablation's readings."""
+    s = summary(stored, key)
+    base = stored["baseline"] if "baseline" in stored else \
+        stored["results"]["causal"][0]["baseline"]
+    c = s.get("causal")
+    out = []
+    if c is None or c["slope"] is None:
+        n = 0 if c is None else c["seeds"]
+        out.append(Claim("figure2", f"Too few causal models have finished ({n}) to compare "
+                         "with Figure 2 (INCOMPLETE).", None))
+    else:
+        slope, level = c["slope"], c["mean_1_to_K"]
+        falls, below = slope[2] < 0, level[2] < base
+        out.append(Claim("falls_with_depth",
+                         f"The causal probe's error changes by {_ci(slope, '{:+.2f}')} "
+                         f"positions per layer over depths 1–{len(c['mae']) - 1} "
+                         f"({c['seeds']} seeds).", falls))
+        out.append(Claim("below_baseline",
+                         f"Averaged over depths 1–{len(c['mae']) - 1} the causal probe's "
+                         f"error is {_ci(level)}, against {base:.0f} for guessing the "
+                         "middle.", below))
+        out.append(Claim("reproduces_figure2",
+                         "Figure 2's shape (the error falls with depth, below the baseline) "
+                         + ("is reproduced." if falls and below else "is not reproduced."),
+                         falls and below))
+    if ablation is not None:
+        out += ablation_claims(ablation)
+    return out
+
+
+# row -> (hypothesis, the depths' paired differences (row - base) that must agree)
+HYPOTHESES = {
+    "64_positions": ("Keeping 64 positions of each sequence instead of all 512 raises the "
+                     "error", "raises"),
+    "quarter_sequences": ("A quarter of the training sequences raises the error", "raises"),
+    "regression": ("The regression probe's error differs from the paper's classifier's",
+                   "differs"),
+    "variance_feature": ("A probe given only the log variance of each vector before the "
+                         "final LayerNorm has a lower error", "lowers"),
+    "before_final_ln": ("Reading before the final LayerNorm lowers the error", "lowers"),
+    "base_bfloat16": ("Held-out features computed in bfloat16 leave the error unchanged "
+                      "(within 2 positions)", "same"),
+}
+
+
+def uniform_guess(seq_len: int) -> float:
+    """MAE of guessing a position uniformly at random: (L² - 1) / (3L), 170.7 at L = 512
+    (what a classifier that learned nothing does with its argmax; guessing the middle
+    gives L / 4)."""
+    return (seq_len ** 2 - 1) / (3 * seq_len)
+
+
+def below_baseline_claims(ablation: dict) -> list[Claim]:
+    """Per ablation row: is its error at the deepest probe below guessing the middle
+    (the 95% interval over seeds entirely below it)?"""
+    runs, depths = ablation["runs"], ablation["config"]["depths"]
+    base = ablation["baseline"]
+    out = []
+    for row in runs[0]["mae"]:
+        v = np.array([r["mae"][row][-1] for r in runs])
+        if len(v) < 2:
+            out.append(Claim(f"below_{row}", f"{row}: too few seeds (INCOMPLETE).", None))
+            continue
+        e = paired_interval(v)
+        out.append(Claim(f"below_{row}", f"{row} at depth {depths[-1]}: {_ci(e)} against "
+                         f"{base:.0f} for guessing the middle.", bool(e[2] < base)))
+    return out
+
+
+def ablation_claims(ablation: dict) -> list[Claim]:
+    """One claim per ablation row: a hypothesis fixed before the run, checked at the
+    deepest probe (depth K) by the 95% interval over seeds of the paired difference to
+    the base probe; the text gives the differences at every depth of the table."""
+    runs, depths = ablation["runs"], ablation["config"]["depths"]
+    out = []
+    for row, (text, kind) in HYPOTHESES.items():
+        if len(runs) < 2:
+            out.append(Claim(f"ablation_{row}", f"{text}: too few seeds have run "
+                             "(INCOMPLETE).", None))
+            continue
+        d = [paired_interval(np.array([r["mae"][row][i] - r["mae"]["base"][i] for r in runs]))
+             for i in range(len(depths))]
+        last = d[-1]
+        holds = {"raises": last[1] > 0, "lowers": last[2] < 0,
+                 "differs": last[1] > 0 or last[2] < 0,
+                 "same": -2 < last[1] and last[2] < 2}[kind]
+        detail = "; ".join(f"depth {k}: {_ci(e, '{:+.1f}')}" for k, e in zip(depths, d))
+        out.append(Claim(f"ablation_{row}", f"{text} (paired difference to the base probe, "
+                         f"{len(runs)} seeds: {detail}).", bool(holds)))
+    return out

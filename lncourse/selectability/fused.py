@@ -1,0 +1,127 @@
+"""Many GPTs of chapter 2 as one batched model (the fast path of the Table 1 trainer).
+
+M models of one architecture (:class:`lncourse.transformer.GPT`, pre-LN, causal, with
+positional embeddings, tied unembedding) that differ only in their weights and in
+whether the norm in front of attention divides by the norm ("layernorm") or not
+("no_scaling") are stacked: every weight gets a leading model axis, every matrix product
+becomes a batched one, and attention runs in :mod:`lncourse.selectability.kernel`
+without (T, T) tensors. :func:`fused_losses` returns each model's mean next-token loss;
+their sum has, for each model, exactly the gradient of its own loss (the models share
+no weight), so one optimiser step on the stack is one step of each model alone. The
+tests hold a stack equal to the models trained one by one with :func:`lncourse.lm.train_lm`.
+
+Dimension names: M models, B batch, T positions, d ``d_model``, H heads, dh = d / H,
+V vocabulary, L layers.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lncourse.selectability.kernel import _CausalAttention, kernel_applies
+from lncourse.transformer import GPT
+
+__all__ = ["stack_models", "unstack", "scaling_flags", "fused_losses"]
+
+
+def _check_stackable(models: list[GPT]) -> None:
+    if not models:
+        raise ValueError("give at least one model")
+    base = {k: v for k, v in vars(models[0].cfg).items() if k != "norm_attn"}
+    for m in models:
+        cfg = m.cfg
+        if {k: v for k, v in vars(cfg).items() if k != "norm_attn"} != base:
+            raise ValueError("the models differ in more than the norm before attention")
+        if not (cfg.pos_emb and cfg.causal and cfg.placement == "pre" and cfg.final_norm
+                and cfg.norm == "layernorm" and cfg.bias
+                and (cfg.norm_attn or cfg.norm) in ("layernorm", "no_scaling")):
+            raise ValueError("the fused path covers pre-LN causal GPTs with positional "
+                             "embeddings and full LayerNorm, with 'layernorm' or "
+                             f"'no_scaling' before attention; got {cfg}")
+
+
+def stack_models(models: list[GPT]) -> dict[str, Tensor]:
+    """The models' parameters (``named_parameters``: the tied unembedding once), each
+    stacked along a new leading model axis: {name: (M, ...)} leaf tensors."""
+    _check_stackable(models)
+    return {name: torch.stack([dict(m.named_parameters())[name].detach() for m in models])
+            .clone().requires_grad_(True) for name, _ in models[0].named_parameters()}
+
+
+def unstack(params: dict[str, Tensor], i: int) -> dict[str, Tensor]:
+    """Model ``i``'s state dict (with the tied ``W_U.weight``), for ``GPT.load_state_dict``."""
+    state = {name: p[i].detach().clone() for name, p in params.items()}
+    state["W_U.weight"] = state["W_E.weight"]
+    return state
+
+
+def scaling_flags(models: list[GPT]) -> Tensor:
+    """Bool (M,): whether each model's norm before attention divides by the norm."""
+    return torch.tensor([(m.cfg.norm_attn or m.cfg.norm) == "layernorm" for m in models])
+
+
+def _norm(x: Tensor, w: Tensor, b: Tensor, scale: Tensor | None, eps: float = 1e-5) -> Tensor:
+    """LayerNorm of x (M, R, d) with per-model affine w, b (M, d); ``scale`` bool (M,):
+    divide by the norm (None: every model does)."""
+    y = x - x.mean(-1, keepdim=True)
+    r = torch.rsqrt((y * y).mean(-1, keepdim=True) + eps)
+    if scale is not None:
+        r = torch.where(scale.view(-1, 1, 1), r, torch.ones((), dtype=r.dtype))
+    return (y * r) * w[:, None] + b[:, None]
+
+
+def _linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """x (M, R, in) @ w^T (M, out, in) + b (M, out) -> (M, R, out)."""
+    return torch.baddbmm(b[:, None], x, w.transpose(1, 2))
+
+
+def _attention(x: Tensor, p: dict[str, Tensor], pre: str, B: int, T: int, H: int,
+               use_kernel: bool) -> Tensor:
+    """Causal multi-head attention of x (M, B T, d) -> (M, B T, d)."""
+    M, _, d = x.shape
+    dh = d // H
+    w = torch.cat([p[f"{pre}W_{n}.weight"] for n in "QKV"], 1)               # (M, 3d, d)
+    b = torch.cat([p[f"{pre}W_{n}.bias"] for n in "QKV"], 1)                 # (M, 3d)
+    qkv = _linear(x, w, b).view(M, B, T, 3, H, dh)
+    if use_kernel:   # the kernel's layout: (M B H, dh, T)
+        q, k, v = (qkv[:, :, :, i].permute(0, 1, 3, 4, 2).reshape(M * B * H, dh, T)
+                   for i in range(3))
+        z = _CausalAttention.apply(q, k, v).view(M, B, H, dh, T).permute(0, 1, 4, 2, 3)
+    else:
+        q, k, v = (qkv[:, :, :, i].permute(0, 1, 3, 2, 4) for i in range(3))  # (M,B,H,T,dh)
+        z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(2, 3)
+    z = z.reshape(M, B * T, d)
+    return _linear(z, p[f"{pre}W_O.weight"], p[f"{pre}W_O.bias"])
+
+
+def fused_losses(params: dict[str, Tensor], scale: Tensor, idx: Tensor, targets: Tensor,
+                 n_heads: int, use_kernel: bool | None = None) -> Tensor:
+    """Each model's mean next-token cross-entropy: idx, targets (M, B, T) -> (M,).
+
+    ``params`` from :func:`stack_models`; ``scale`` from :func:`scaling_flags`;
+    ``use_kernel``: the compiled attention (default: where available, on a CPU).
+    """
+    M, B, T = idx.shape
+    if targets.shape != idx.shape:
+        raise ValueError(f"targets {tuple(targets.shape)} and idx {tuple(idx.shape)} differ")
+    d = params["W_E.weight"].shape[-1]
+    if use_kernel is None:
+        use_kernel = kernel_applies(params["W_E.weight"][..., :d // n_heads])
+    W_E = params["W_E.weight"]                                               # (M, V, d)
+    rows = torch.arange(M, device=idx.device).view(M, 1, 1)
+    x = W_E[rows, idx] + params["W_pos.weight"][:, None, :T]                # (M, B, T, d)
+    x = x.reshape(M, B * T, -1)
+    n_layers = 1 + max(int(k.split(".")[1]) for k in params if k.startswith("blocks."))
+    for i in range(n_layers):
+        pre = f"blocks.{i}."
+        a = _norm(x, params[pre + "ln1.weight"], params[pre + "ln1.bias"], scale)
+        x = x + _attention(a, params, pre + "attn.", B, T, n_heads, use_kernel)
+        h = _norm(x, params[pre + "ln2.weight"], params[pre + "ln2.bias"], None)
+        h = F.gelu(_linear(h, params[pre + "mlp.0.weight"], params[pre + "mlp.0.bias"]))
+        x = x + _linear(h, params[pre + "mlp.2.weight"], params[pre + "mlp.2.bias"])
+    x = _norm(x, params["ln_final.weight"], params["ln_final.bias"], None)
+    logits = torch.bmm(x, W_E.transpose(1, 2))                              # (M, B T, V)
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), reduction="none")
+    return loss.view(M, B * T).mean(1)

@@ -1,0 +1,197 @@
+"""The measurements of chapter 2's seeded Table 1 runs, from their stored weights.
+
+:func:`result_of` turns a checkpoint of :mod:`lncourse.selectability.seeds` into a
+stored result: each model's loss history, its weights at every snapshot step reached
+(float32, base64) and, measured from those weights, the unselectable fraction per layer
+at n = T (the whole context), before the LayerNorm (``resid_pre``) and after it
+(``ln1``): on ``contexts`` held-out contexts at the last snapshot, and on
+``curve_contexts`` of them at every snapshot (the fraction against the step).
+:func:`layer_rows` gives the per-layer means with intervals over seeds and contexts;
+:func:`claims` the chapter's checked statements about them.
+Shapes: fractions [model][layer][context].
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+
+
+import numpy as np
+import torch
+
+from lncourse.claims import Claim
+from lncourse.selectability.experiments import PAPER_TABLE1, PAPER_TABLE2, prefix_fractions
+from lncourse.selectability.lm import (VARIANTS, KeysLMConfig, build_model, held_out_contexts,
+                               layer_vectors, tokenized)
+
+__all__ = ["Claim", "result_of", "models_at", "measure", "layer_rows", "curve", "claims",
+           "seeds_table", "PAPER"]
+
+
+def _encode(params: dict[str, torch.Tensor], m: int) -> dict:
+    return {k: base64.b64encode(p[m].detach().float().contiguous().numpy().tobytes())
+            .decode() for k, p in params.items()}
+
+
+def _decode(weights: dict, shapes: dict) -> dict[str, torch.Tensor]:
+    state = {k: torch.from_numpy(np.frombuffer(base64.b64decode(v), dtype=np.float32)
+                                 .copy()).reshape(shapes[k]) for k, v in weights.items()}
+    state["W_U.weight"] = state["W_E.weight"]
+    return state
+
+
+def models_at(result: dict, step: int | None = None) -> list:
+    """The stored models (in the result's order) at a snapshot ``step`` (default: the
+    last stored), as GPTs in eval mode."""
+    lm = KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
+                         for k, v in result["config"]["lm"].items()})
+    step = str(result["snapshot_steps_done"][-1] if step is None else step)
+    out = []
+    for seed, label, snap in zip(result["seeds"], result["labels"],
+                                 result["weights"][step]):
+        model = build_model(dataclasses.replace(lm, seed=seed),
+                            result["tokenizer"]["vocab_size"], VARIANTS[label])
+        model.load_state_dict(_decode(snap, result["shapes"]))
+        out.append(model.eval())
+    return out
+
+
+def measure(models: list, contexts: torch.Tensor) -> dict[str, list]:
+    """Fractions at n = T per model, layer and context: {"before": ..., "after": ...}."""
+    T = contexts.shape[1]
+    out = {"before": [], "after": []}
+    for model in models:
+        vec = layer_vectors(model, contexts)
+        for key, name in (("resid_pre", "before"), ("ln1", "after")):
+            out[name].append([prefix_fractions(v, [T])[:, 0].tolist() for v in vec[key]])
+    return out
+
+
+def result_of(cfg, state: dict, contexts: int | None = None,
+              curve_contexts: int = 4) -> dict:
+    """The stored result of a checkpoint ``state`` of ``cfg`` (see the module docstring);
+    ``contexts`` overrides ``cfg.contexts`` (a partial export may measure fewer)."""
+    tok, _, test_ids = tokenized(cfg.lm)
+    seeds = [seed for seed in cfg.seeds for _ in VARIANTS]     # as models_of orders them
+    labels = [label for _ in cfg.seeds for label in VARIANTS]
+    n_ctx = cfg.contexts if contexts is None else contexts
+    ctx = held_out_contexts(test_ids, dataclasses.replace(
+        cfg.lm, contexts=n_ctx, track_contexts=min(cfg.lm.track_contexts, n_ctx)))
+    snaps = {int(k): v for k, v in state["snapshots"].items()}
+    snaps[state["step"]] = state["params"]        # the last step, snapshot or not
+    # config["steps"]: the run's length, which lncourse.results.describe compares with
+    # the last step reached (INCOMPLETE when short of it)
+    out = {"config": {**dataclasses.asdict(cfg), "steps": cfg.lm.steps},
+           "seeds": seeds, "labels": labels,
+           "tokenizer": {"kind": cfg.lm.tokenizer, "vocab_size": tok.vocab_size,
+                         "fingerprint": getattr(tok, "fingerprint", None)},
+           "step": state["histories"][0]["step"], "steps_done": state["step"],
+           "histories": state["histories"], "snapshot_steps_done": sorted(snaps),
+           "shapes": {k: list(p.shape[1:]) for k, p in state["params"].items()},
+           "weights": {str(s): [_encode(snaps[s], m) for m in range(len(seeds))]
+                       for s in sorted(snaps)},
+           "contexts": ctx.tolist(), "measured_contexts": n_ctx,
+           "curve_contexts": min(curve_contexts, n_ctx)}
+    out["curve"] = {str(s): measure(models_at(out, s), ctx[:curve_contexts])
+                    for s in sorted(snaps)}
+    out["final"] = measure(models_at(out), ctx)
+    return out
+
+
+def _bootstrap(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple:
+    """Mean of values (seeds, contexts) and a 95% interval from resampling seeds, then
+    contexts within each seed: (mean, low, high), in %."""
+    rng = np.random.default_rng(seed)
+    S, C = values.shape
+    s = rng.integers(0, S, (reps, S))
+    c = rng.integers(0, C, (reps, S, C))
+    boot = values[s[..., None], c].mean(axis=(1, 2))
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return 100 * values.mean(), 100 * lo, 100 * hi
+
+
+def layer_rows(result: dict, which: str = "final", step: int | None = None) -> dict:
+    """{(label, "before"/"after"): [(mean, low, high) per layer]} in %, over the seeds
+    and contexts measured (``which``: "final", or "curve" at ``step``)."""
+    data = result["final"] if which == "final" else result["curve"][str(step)]
+    rows = {}
+    for label in VARIANTS:
+        idx = [m for m, lab in enumerate(result["labels"]) if lab == label]
+        for q in ("before", "after"):
+            arr = np.asarray([data[q][m] for m in idx])          # (seeds, layers, contexts)
+            rows[label, q] = [_bootstrap(arr[:, L]) for L in range(arr.shape[1])]
+    return rows
+
+
+def curve(result: dict, label: str, q: str = "after") -> tuple[list[int], np.ndarray]:
+    """The fraction against the step: steps, and (steps, layers) means over seeds and the
+    curve's contexts, in %."""
+    steps = [int(s) for s in result["curve"]]
+    idx = [m for m, lab in enumerate(result["labels"]) if lab == label]
+    vals = np.asarray([[np.mean([result["curve"][str(s)][q][m][L] for m in idx])
+                        for L in range(len(result["curve"][str(s)][q][idx[0]]))]
+                       for s in steps])
+    return steps, 100 * vals
+
+
+PAPER = {("no scaling before attention", "after"): PAPER_TABLE1["without scaling"],
+         ("full LayerNorm", "after"): PAPER_TABLE1["with scaling"],
+         ("full LayerNorm", "before"): PAPER_TABLE2["before LayerNorm"]}
+
+
+def _fmt(e) -> str:
+    return f"{e[0]:.1f}% [{e[1]:.1f}, {e[2]:.1f}]"
+
+
+def claims(result: dict) -> list[Claim]:
+    """The chapter's statements about the seeded runs, checked against ``result``."""
+    done, total = result["steps_done"], result["config"]["lm"]["steps"]
+    last = result["snapshot_steps_done"][-1]
+    rows = layer_rows(result)
+    full, nos = "full LayerNorm", "no scaling before attention"
+    n_seeds = len(set(result["seeds"]))
+    out = [Claim("steps", f"The runs reached step {done:,} of {total:,} "
+                 f"({'complete' if done == total else 'INCOMPLETE'}); the fractions are "
+                 f"measured on the weights of step {last:,}, {n_seeds} seeds x "
+                 f"{result['measured_contexts']} contexts per model.", done <= total)]
+    full_idx = [m for m, lab in enumerate(result["labels"]) if lab == full]
+    after_full = np.asarray(result["final"]["after"])[full_idx]
+    out.append(Claim("full_ln_zero", "With full LayerNorm no key after the norm is "
+                     f"unselectable: the largest fraction over its {after_full.size} "
+                     f"(seed, layer, context) cells is {100 * after_full.max():.1f}%.",
+                     bool(after_full.max() == 0)))
+    low = [r[1] for r in rows[nos, "after"]]
+    out.append(Claim("no_scaling_positive", "Without scaling every layer has unselectable "
+                     "keys after the norm: per layer " + ", ".join(
+                         _fmt(r) for r in rows[nos, "after"]) + ".", bool(min(low) > 0)))
+    steps, vals = curve(result, nos)
+    first, final = vals[0].mean(), vals[-1].mean()
+    if len(steps) > 1:   # a trend needs two measured steps
+        out.append(Claim("fraction_falls", f"Without scaling, the fraction after the norm "
+                         f"(mean over layers, {result['curve_contexts']} contexts) fell "
+                         f"from {first:.1f}% at step {steps[0]:,} to {final:.1f}% at "
+                         f"step {steps[-1]:,}.", bool(final < first)))
+    for key, paper in PAPER.items():
+        ours = rows[key]
+        gaps = [o[0] - p for o, p in zip(ours, paper)]
+        out.append(Claim(f"paper_{key[0].split()[0]}_{key[1]}",
+                         f"{key[0]}, {key[1]} the norm: ours " + ", ".join(
+                             f"L{i + 1} {_fmt(o)} (paper {p:.1f})"
+                             for i, (o, p) in enumerate(zip(ours, paper)))
+                         + f"; largest difference {max(gaps, key=abs):+.1f} points.", True))
+    return out
+
+
+def seeds_table(result: dict) -> str:
+    """Tables 1 and 2 from the seeded runs: per layer, mean [95% interval] over seeds and
+    contexts, each beside the paper's row."""
+    from lncourse.paper import format_table
+    rows = layer_rows(result)
+    out = []
+    for (label, q), paper in PAPER.items():
+        out.append([f"ours: {label}, {q} ln1",
+                    *[f"{m:.1f} [{lo:.1f}, {hi:.1f}]" for m, lo, hi in rows[label, q]]])
+        out.append(["  paper", *[float(p) for p in paper]])
+    n_layers = len(next(iter(rows.values())))
+    return format_table(["% unselectable", *[f"L{i + 1}" for i in range(n_layers)]], out)

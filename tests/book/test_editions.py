@@ -1,0 +1,178 @@
+"""The exercise system: one source per chapter, a student and a solution edition that
+read as the site does, and the exercise table the grader uses in step with the sources."""
+
+import ast
+import re
+import subprocess
+
+import jupytext
+import pytest
+
+from conftest import ROOT
+from editions import EXERCISE_HEADER, build_editions, stub_solution
+from myst import Context, chapter_exercises, chapter_sources, myst_to_markdown, read_book
+from lncourse import checks
+from lncourse.grading.exercises import CHAPTERS, chapter as exercise_chapter
+
+SOURCES = chapter_sources(ROOT)
+BOOK = read_book(ROOT)
+
+
+def test_stub_keeps_signature_and_docstring():
+    src = ('def f(x: int) -> int:\n    """Doc."""\n    # BEGIN SOLUTION\n    y = x + 1\n'
+           '    return y\n    # END SOLUTION\n\n\ncheck(f)')
+    out = stub_solution(src)
+    assert 'def f(x: int) -> int:\n    """Doc."""\n    raise NotImplementedError' in out
+    assert "return y" not in out and out.endswith("check(f)")
+    for bad, message in [("# BEGIN SOLUTION\nx", "without"), ("x\n# END SOLUTION", "without"),
+                         ("# BEGIN SOLUTION\n# BEGIN SOLUTION", "inside another")]:
+        with pytest.raises(ValueError, match=message):
+            stub_solution(bad)
+
+
+def convert(md: str, chapter: int = 3) -> str:
+    return myst_to_markdown(md, Context(chapter, BOOK))
+
+
+def test_directives_become_plain_markdown():
+    md = ("(lbl)=\n```{exercise-start} Title here\n:label: ex-x\n```\n\nBody {math}`x^2`.\n\n"
+          "```{exercise-end}\n```\n\n```{dropdown} Hint\nUse *P*.\n```\n\n"
+          "```{admonition} Overview\nLearn.\n```\n```{math}\na = b\n```")
+    out = convert(md)
+    assert "### Exercise 3.1: Title here" in out and "$x^2$" in out
+    assert "<details>\n<summary>Hint</summary>" in out and "> **Overview**" in out
+    assert "$$\na = b\n$$" in out and "{" not in out
+    with pytest.raises(ValueError, match="cannot convert the directive"):
+        convert("```{unknowndirective}\n```")
+    with pytest.raises(ValueError, match="cannot convert the role"):
+        convert("{weird}`x`")
+
+
+def test_cross_references_read_as_on_the_site():
+    out = convert("see chapter {ref}`ch-layernorm`, {numref}`fig-grid` and {ref}`ex-braid-reflect`")
+    assert out == (f"see chapter LayerNorm is a projection and a scaling, "
+                   f"{BOOK.numbers['fig-grid']} and Exercise 2.4")
+    assert BOOK.numbers["fig-grid"].startswith("Figure 2.")
+    with pytest.raises(ValueError, match="unknown label"):
+        convert("{ref}`ch-nowhere`")
+
+
+def test_citations_read_as_on_the_site():
+    out = convert("{cite:p}`brody2023` (appendix B); {cite:t}`brody2023` (appendix C); "
+                  "{cite:p}`zhang2019rmsnorm`; {cite:p}`haviv2022,chi2023`; "
+                  "{cite:p}`{see}ba2016{p. 2}`; {cite:p}`blog_geometry`")
+    assert "(Brody *et al.*, 2023, appendix B)" in out
+    assert "Brody *et al.* (2023, appendix C)" in out
+    assert "(Zhang and Sennrich, 2019)" in out
+    assert "(Haviv *et al.*, 2022; Chi *et al.*, 2023)" in out
+    assert "(see Ba *et al.*, 2016, p. 2)" in out
+    assert "(*Some Geometric Intuition of Layer Normalization*, 2023)" in out
+    assert ") (" not in out and "Anonymous" not in out
+    with pytest.raises(ValueError, match="not in book/references.bib"):
+        convert("{cite:p}`nobody1999`")
+
+
+def test_files_a_colab_user_lacks_link_to_the_repository():
+    out = convert("run `benchmarks/selectability_grid.py`; the test suite checks it; "
+                  "`benchmarks/not_there.py` stays")
+    assert f"[`benchmarks/selectability_grid.py`]({BOOK.url}/blob/{BOOK.branch}/benchmarks/selectability_grid.py)" in out
+    assert f"[the test suite]({BOOK.url}/tree/{BOOK.branch}/tests)" in out
+    assert "`benchmarks/not_there.py` stays" in out
+
+
+def test_no_notebooks_tracked_under_book():
+    tracked = subprocess.run(["git", "ls-files", "book"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.split()
+    assert not [f for f in tracked if f.endswith(".ipynb")]
+
+
+def test_the_grader_table_matches_the_sources():
+    assert [exercise_chapter(s.stem) for s in SOURCES] == [chapter_exercises(s) for s in SOURCES]
+    assert [c.stem for c in CHAPTERS] == [s.stem for s in SOURCES]
+    for ch in CHAPTERS:
+        for exercise in ch.exercises:
+            assert callable(getattr(checks, exercise.check)), exercise.check
+
+
+@pytest.fixture(scope="module", params=SOURCES, ids=lambda p: p.stem)
+def chapter(request):
+    path = request.param
+    return path, jupytext.read(path), build_editions(path, BOOK)
+
+
+def _functions(source):
+    return [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
+
+
+def test_parameters_cell(chapter):
+    path, nb, _ = chapter
+    params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
+    assert re.search(r"^FULL = False\b", params[0].source, re.M), "parameters cell must set FULL = False"
+
+
+def test_chapter_has_label_title_overview_and_five_or_four_exercises(chapter):
+    path, nb, _ = chapter
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert re.search(r"^\(ch-[\w-]+\)=\n# ", text, re.M), "label and title"
+    assert "{admonition} Overview" in text
+    n_ex = text.count("{exercise-start}")
+    assert n_ex >= (5 if path.name.startswith("01") else 4)
+    assert len(EXERCISE_HEADER.findall(text)) == n_ex, "every exercise needs the header line"
+    assert text.count("{solution-start}") == n_ex and text.count(":class: dropdown") >= n_ex
+
+
+def test_exercise_cells_follow_the_convention(chapter):
+    path, nb, editions = chapter
+    solution_cells = [c for c in nb.cells if c.cell_type == "code" and "# BEGIN SOLUTION" in c.source]
+    assert solution_cells
+    for cell in solution_cells:
+        fns = _functions(cell.source)
+        assert len(fns) == 1, f"{path.name}: one function per exercise cell"
+        fn = fns[0]
+        assert ast.get_docstring(fn), f"{fn.name}: needs a docstring"
+        assert fn.returns is not None and all(a.annotation is not None for a in fn.args.args), \
+            f"{fn.name}: needs type annotations"
+        last = ast.parse(cell.source).body[-1]
+        assert isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)
+        assert ast.unparse(last.value.func) == f"checks.check_{fn.name}", \
+            f"{fn.name}: the cell must end with checks.check_{fn.name}({fn.name})"
+        assert ast.unparse(last.value.args[0]) == fn.name
+
+
+def test_student_and_solution_in_step_and_labelled(chapter):
+    path, _, editions = chapter
+    student = [c for c in editions["student"].cells if "exercise" in c.metadata.get("tags", [])]
+    solution = [c for c in editions["solution"].cells if "exercise" in c.metadata.get("tags", [])]
+    labels = [e.label for e in exercise_chapter(path.stem).exercises]
+    assert [c.metadata["lncourse"]["exercise"] for c in student] == labels
+    assert [c.metadata["lncourse"]["exercise"] for c in solution] == labels
+    for st, so in zip(student, solution):
+        (f_st,), (f_so,) = _functions(st.source), _functions(so.source)
+        assert ast.dump(f_st.args) == ast.dump(f_so.args) and ast.dump(f_st.returns) == ast.dump(f_so.returns)
+        assert ast.get_docstring(f_st) == ast.get_docstring(f_so)
+        body = [n for n in f_st.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+        assert len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0])
+        assert "raises-exception" in st.metadata["tags"]
+        assert "# BEGIN SOLUTION" not in st.source
+    for nb in editions.values():
+        assert nb.metadata["lncourse"]["chapter"] == path.stem
+
+
+def test_editions_are_colab_ready_and_read_as_the_site(chapter):
+    path, nb_source, editions = chapter
+    cited = set(re.findall(r"\{cite:[pt]\}`([^`]+)`", "\n".join(
+        c.source for c in nb_source.cells if c.cell_type == "markdown")))
+    for nb in editions.values():
+        assert nb.metadata["accelerator"] == "GPU"
+        first = nb.cells[0]
+        assert "google.colab" in first.source and "pip" in first.source and "git+https://" in first.source
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        assert not re.search(r"```\{|\{[\w:]+\}`", text), "MyST left in the notebook"
+        assert not re.search(r"\bch [a-z]+\b", text), "a cross-reference rendered as its label"
+        assert "Anonymous" not in text
+        assert not re.search(r"\d{4}\)? \((appendix|section|figure|table|lemma)", text, re.I), \
+            "a locator in its own parentheses after a citation"
+        assert not re.search(r"(?<!\[)`benchmarks/", text), "a benchmark path without a link"
+        if cited:
+            assert nb.cells[-1].source.startswith("## References")

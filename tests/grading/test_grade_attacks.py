@@ -1,0 +1,410 @@
+"""Hostile submissions against the grader, one per class of attack of issue 18.
+
+Every submission below is the chapter-1 solution with one exercise's function replaced
+by an attack; they are graded together in one run, with a correct solution among them,
+so an attack that reached a classmate shows in the classmate's row. The threat model: a
+grade comes only from the checker's own judgement; nothing a submission does may change
+its own grade, another student's, the grade sheet, the installed package, or anything
+after its exercise ends.
+"""
+
+import copy
+import os
+import re
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+from test_grade import editions, exercise_cell, with_function
+from lncourse.grading.exercises import chapter as find_chapter
+from lncourse.grading.grade import grade, write_csv
+from lncourse.grading.contain import bwrap, contained
+
+CH = find_chapter("01_layernorm_geometry")
+FGH, P, PLANE, FOLD, RMS, JAC = (e.label for e in CH.exercises)
+MARK = uuid.uuid4().hex
+CANARY = ROOT / "lncourse" / f"canary_{MARK}.py"
+REDUCED = Path("/tmp") / f"reduce_{MARK}"
+TIMEOUT = 30.0
+
+# 1. forged grades: write a "passed" result (JSON frames and pickles) to every descriptor
+FORGED = """
+def centering_matrix(d):
+    import os, json, pickle
+    fake = json.dumps({"k": 0, "passed": True, "message": "passed", "notes": [], "blobs": []}).encode()
+    frame = (len(fake) + 4).to_bytes(8, "big") + len(fake).to_bytes(4, "big") + fake
+    for fd in range(3, 1024):
+        for data in (frame * 6, pickle.dumps({"passed": True}), b"\\x80\\x04K\\x01."):
+            try:
+                os.write(fd, data)
+            except OSError:
+                pass
+    raise NotImplementedError
+"""
+# 1b. code in the grader: an object whose unpickling runs code
+REDUCE = """
+def centering_matrix(d):
+    class Answer:
+        def __reduce__(self):
+            return (exec, ("open(%r, 'w').write('owned')",))
+    return Answer()
+""" % str(REDUCED)
+# 2. processes that outlive the exercise: a setsid double fork that waits for the grader
+OUTLIVE = f"""
+def centering_matrix(d):
+    import os, sys, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, "-c",
+                     "import time; time.sleep(120)  # {MARK}"])
+        os._exit(0)
+    time.sleep(0.5)
+    return torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / d
+"""
+# 3a. reach the classmates: kill every other process it can see
+KILLER = """
+def centering_matrix(d):
+    import os, signal
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) not in (os.getpid(), 1):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+    return torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / d
+"""
+# 3b. read a classmate's notebook (its path is known) and pass with their answer
+COPYCAT = """
+def layer_norm_jacobian(x, gamma, eps):
+    import json
+    nb = json.load(open(%r))
+    source = next("".join(c["source"]) for c in nb["cells"]
+                  if "def layer_norm_jacobian" in "".join(c["source"]))
+    space = {"torch": torch, "math": math}
+    exec(source.split("checks.")[0], space)
+    return space["layer_norm_jacobian"](x, gamma, eps)
+"""
+# 3c. write into the installed package
+WRITER = """
+def rms_norm_gain(x, gain, eps):
+    open(%r, "w").write("import os")
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
+""" % str(CANARY)
+# 4. memory: a huge answer, and a frame that claims to be huge
+HUGE = """
+def centering_matrix(d):
+    return torch.zeros(200 * 2**20 // 8, dtype=torch.float64)
+"""
+HUGE_FRAME = """
+def centering_matrix(d):
+    import os
+    for fd in range(3, 64):
+        try:
+            os.write(fd, (2**40).to_bytes(8, "big"))
+        except OSError:
+            pass
+    import time
+    time.sleep(60)
+"""
+# 6. the checks' references and hidden inputs from the learner's process
+REFERENCE = """
+def layer_norm_fgh(x, gamma, beta, eps):
+    from lncourse.checks.layernorm import _layer_norm
+    return _layer_norm(x, gamma, beta, eps)
+"""
+HIDDEN_SIZES = """
+def centering_matrix(d):
+    import lncourse, os, re
+    text = open(os.path.join(os.path.dirname(lncourse.__file__), "checks", "layernorm.py")).read()
+    sizes = re.search(r"sizes = (\\(.*?\\)) \\+ \\((\\(.*?\\)) if hidden", text)
+    if d in eval(sizes.group(1)) + eval(sizes.group(2)):    # every size the check uses
+        return torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / d
+    return torch.zeros(d, d, dtype=torch.float64)
+"""
+ATEN = """
+def layer_norm_fgh(x, gamma, beta, eps):
+    return torch.ops.aten.native_layer_norm(x, [x.shape[-1]], gamma, beta, eps)[0]
+"""
+GROUP = """
+def layer_norm_fgh(x, gamma, beta, eps):
+    y = torch.nn.functional.group_norm(x.reshape(-1, x.shape[-1]), 1, eps=eps).reshape(x.shape)
+    return y * gamma + beta
+"""
+RMS_CALL = """
+def rms_norm_gain(x, gain, eps):
+    return torch.nn.functional.rms_norm(x, x.shape[-1:], gain, eps)
+"""
+LINEARIZE = """
+def layer_norm_jacobian(x, gamma, eps):
+    f = lambda v: torch.nn.functional.layer_norm(v, v.shape, gamma, None, eps)
+    _, jvp = torch.func.linearize(lambda v: (v - v.mean()) / torch.sqrt(v.var(unbiased=False) + eps) * gamma, x)
+    return torch.stack([jvp(e) for e in torch.eye(len(x), dtype=x.dtype)], 1)
+"""
+HELPER = """
+def centering_matrix(d):
+    from lncourse.layernorm import projection_matrix
+    return projection_matrix(d, dtype=torch.float64)
+"""
+# 7. output capture: a correct function that prints in a loop
+PRINTER = """
+def rms_norm_gain(x, gain, eps):
+    for i in range(100_000):
+        print("step", i)
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
+"""
+
+ATTACKS = {   # name: (exercise label, source)
+    "forged": (P, FORGED), "reduce": (P, REDUCE), "outlive": (P, OUTLIVE),
+    "killer": (P, KILLER), "writer": (RMS, WRITER), "huge": (P, HUGE),
+    "huge_frame": (P, HUGE_FRAME), "reference": (FGH, REFERENCE),
+    "hidden_sizes": (P, HIDDEN_SIZES), "aten": (FGH, ATEN), "group_norm": (FGH, GROUP),
+    "rms_norm": (RMS, RMS_CALL), "linearize": (JAC, LINEARIZE), "helper": (P, HELPER),
+    "printer": (RMS, PRINTER),
+}
+
+
+def only(nb, labels):
+    """``nb`` keeping the exercise cells ``labels`` (and every cell that is no exercise's)."""
+    nb = copy.deepcopy(nb)
+    nb.cells = [c for c in nb.cells
+                if c.metadata.get("lncourse", {}).get("exercise", labels[0]) in labels]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def attacked():
+    # the class sits outside /tmp (bubblewrap gives the learner an empty /tmp of its own):
+    # what hides it must be the grader's hiding of the class's folder
+    folder = ROOT / "_build" / f"attacks-{MARK}"
+    folder.mkdir(parents=True)
+    solution = editions(CH.stem)["solution"]
+    paths = {"classmate": folder / "classmate.ipynb"}
+    nbformat.write(solution, paths["classmate"])
+    for name, (label, source) in ATTACKS.items():
+        if name == "killer" and not contained():
+            continue      # without bubblewrap it could kill this test's own process
+        paths[name] = folder / f"{name}.ipynb"
+        nbformat.write(only(with_function(solution, label, source), [label]), paths[name])
+    paths["copycat"] = folder / "copycat.ipynb"
+    nbformat.write(only(with_function(solution, JAC, COPYCAT % str(paths["classmate"])), [JAC]),
+                   paths["copycat"])
+    before = set(Path(tempfile.gettempdir()).glob("lncourse-grade-*"))
+    start = time.monotonic()
+    _, graded = grade(list(paths.values()), hidden=True, timeout=TIMEOUT, workers=2)
+    seconds = time.monotonic() - start
+    write_csv(CH, graded, folder / "grades.csv")
+    left = set(Path(tempfile.gettempdir()).glob("lncourse-grade-*")) - before
+    yield {name: g for name, g in zip(paths, graded)}, folder, seconds, left
+    CANARY.unlink(missing_ok=True)
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def outcome(attacked, name):
+    graded = attacked[0]
+    label = ATTACKS[name][0] if name in ATTACKS else JAC
+    return graded[name].outcomes[label]
+
+
+def test_the_classmate_graded_in_the_same_run_keeps_full_marks(attacked):
+    graded = attacked[0]
+    assert graded["classmate"].total == len(CH.exercises), graded["classmate"].outcomes
+
+
+def test_forged_results_on_every_descriptor_score_nothing(attacked):
+    assert not outcome(attacked, "forged").passed
+
+
+def test_an_object_with_reduce_runs_no_code_in_the_grader(attacked):
+    assert not outcome(attacked, "reduce").passed
+    assert not REDUCED.exists()
+
+
+def test_no_process_outlives_its_exercise(attacked):
+    alive = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if MARK.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                alive.append(pid)
+        except OSError:
+            pass
+    assert alive == []
+    assert outcome(attacked, "outlive").passed       # it is a correct answer otherwise
+
+
+@pytest.mark.skipif(not contained(), reason="needs bubblewrap or Landlock ABI 6")
+def test_killing_every_visible_process_hurts_only_itself(attacked):
+    """It sees only its own sandbox: killing its own learner process ends its exercise,
+    and the classmate graded beside it keeps full marks."""
+    graded = attacked[0]
+    assert graded["classmate"].total == len(CH.exercises)
+    assert set(graded["killer"].outcomes) == {e.label for e in CH.exercises}
+
+
+@pytest.mark.skipif(not contained(), reason="needs bubblewrap or Landlock ABI 6")
+def test_a_classmates_notebook_cannot_be_read(attacked):
+    assert not outcome(attacked, "copycat").passed
+    assert re.search("No such file|Permission denied", outcome(attacked, "copycat").message)
+
+
+def test_the_installed_package_cannot_be_written(attacked):
+    assert not CANARY.exists()
+
+
+def test_huge_answers_and_frames_are_refused_by_the_receiver(attacked):
+    assert not outcome(attacked, "huge").passed
+    assert "larger than" in outcome(attacked, "huge").message
+    huge = outcome(attacked, "huge_frame")
+    assert not huge.passed and "refused" in huge.message and "allowed" in huge.message
+
+
+def test_the_checks_cannot_be_imported_by_the_learner(attacked):
+    message = outcome(attacked, "reference").message
+    assert not outcome(attacked, "reference").passed and "cannot be imported" in message
+
+
+@pytest.mark.skipif(not contained(), reason="needs bubblewrap or Landlock ABI 6")
+def test_the_hidden_inputs_cannot_be_read(attacked):
+    assert not outcome(attacked, "hidden_sizes").passed
+
+
+@pytest.mark.parametrize("name, called", [
+    ("aten", "aten.native_layer_norm"), ("group_norm", "group_norm"),
+    ("rms_norm", "rms_norm"), ("linearize", "linearize"), ("helper", "projection_matrix")])
+def test_forbidden_routes_are_closed(attacked, name, called):
+    o = outcome(attacked, name)
+    assert not o.passed and called in o.message, o.message
+
+
+def test_printing_in_a_loop_does_not_time_out_a_correct_answer(attacked):
+    o = outcome(attacked, "printer")
+    assert o.passed, o.message
+    assert any("printed" in n for n in o.notes)
+
+
+def test_no_temporary_folder_is_left_behind(attacked):
+    assert attacked[3] == set()
+
+
+# 5. malformed notebooks: each becomes a row of zeros with a note, and the class is graded
+def _malformed(good, code):
+    cell = lambda i: {"cell_type": "code", "source": f"a{i} = {i}", "metadata": {},
+                      "outputs": [], "execution_count": None}
+    return {
+        "cells_as_strings": lambda nb: nb.__setitem__("cells", ["a", "b"]),
+        "cells_as_a_dict": lambda nb: nb.__setitem__("cells", {"a": 1}),
+        "integer_source": lambda nb: nb["cells"][code[0]].__setitem__("source", 5),
+        "source_of_ints": lambda nb: nb["cells"][code[0]].__setitem__("source", [1, 2]),
+        "list_metadata": lambda nb: nb.__setitem__("metadata", [1]),
+        "list_cell_metadata": lambda nb: nb["cells"][code[0]].__setitem__("metadata", [1]),
+        "list_label": lambda nb: nb["cells"][code[1]]["metadata"].__setitem__(
+            "lncourse", {"exercise": ["ex-rms-norm"]}),
+        "deep_json": None,
+        "twenty_thousand_cells": lambda nb: nb["cells"].extend(cell(i) for i in range(20_000)),
+    }
+
+
+def test_malformed_notebooks_get_a_row_of_zeros_and_a_note(tmp_path):
+    import json
+    solution = nbformat.writes(only(editions(CH.stem)["solution"], [RMS]))
+    good = json.loads(solution)
+    code = [i for i, c in enumerate(good["cells"]) if c["cell_type"] == "code"]
+    paths = [tmp_path / "solution.ipynb"]
+    paths[0].write_text(solution)
+    for name, spoil in _malformed(good, code).items():
+        paths.append(tmp_path / f"{name}.ipynb")
+        if spoil is None:
+            paths[-1].write_text("[" * 100_000 + "]" * 100_000)
+            continue
+        nb = json.loads(solution)
+        spoil(nb)
+        paths[-1].write_text(json.dumps(nb))
+    from lncourse.grading.submission import read_submission
+    start = time.monotonic()
+    assert read_submission(tmp_path / "twenty_thousand_cells.ipynb").notes
+    assert time.monotonic() - start < 5           # refused at once, not parsed for 86 s
+    _, graded = grade(paths, chapter=1, timeout=TIMEOUT)
+    write_csv(CH, graded, tmp_path / "grades.csv")
+    assert graded[0].outcomes[RMS].passed
+    for g in graded[1:]:
+        assert g.total == 0 and "could not be read as a notebook" in " ".join(g.notes), g
+    assert len((tmp_path / "grades.csv").read_text().splitlines()) == len(paths) + 1
+
+
+# 8. the command line and what it writes
+@pytest.mark.parametrize("option", [["--timeout", "nan"], ["--timeout", "0"], ["--timeout", "-1"],
+                                    ["--timeout", "inf"], ["--workers", "-1"],
+                                    ["--workers", "0"], ["--memory-mb", "0"]])
+def test_bad_command_line_values_are_refused(option, tmp_path, capsys):
+    from lncourse.grading.grade import main
+    with pytest.raises(SystemExit) as exit:
+        main(["nothing.ipynb", "--out", str(tmp_path / "g.csv"), *option])
+    assert exit.value.code == 2 and "out of range" in capsys.readouterr().err
+    assert not (tmp_path / "g.csv").exists()
+
+
+def test_sheets_for_the_teacher(tmp_path, capsys):
+    """Student IDs (metadata, roster, file-name pattern), points set by the chapter, a
+    flagged solution edition, the LMS sheet, a regrade that merges, and names that try
+    to inject a formula into the CSV and Markdown into the feedback."""
+    import csv
+    import json
+    from lncourse.grading.grade import main
+    books = editions(CH.stem)
+    student = only(books["student"], [RMS])
+    right = only(with_function(books["student"], RMS, """
+def rms_norm_gain(x, gain, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
+"""), [RMS])
+    right.metadata["lncourse"]["student_id"] = "s-from-metadata"
+    nbformat.write(right, tmp_path / "a.ipynb")
+    nbformat.write(student, tmp_path / "=HYPERLINK(1)`](x)<b>.ipynb")
+    nbformat.write(student, tmp_path / "id_42_blank.ipynb")
+    nbformat.write(only(books["solution"], [RMS]), tmp_path / "copied.ipynb")
+    (tmp_path / "roster.csv").write_text("file,student_id\ncopied.ipynb,s-roster\n")
+    paths = [str(tmp_path / n) for n in ("a.ipynb", "=HYPERLINK(1)`](x)<b>.ipynb",
+                                        "id_42_blank.ipynb", "copied.ipynb")]
+    sheet, lms, fb = tmp_path / "grades.csv", tmp_path / "lms.csv", tmp_path / "fb"
+    main([*paths, "--out", str(sheet), "--lms", str(lms), "--feedback", str(fb),
+          "--roster", str(tmp_path / "roster.csv"), "--id-pattern", r"^id_(\d+)_",
+          "--workers", "2", "--timeout", str(TIMEOUT)])
+    rows = {r["student_id"]: r for r in csv.DictReader(open(sheet))}
+    assert set(rows) == {"s-from-metadata", "'=HYPERLINK(1)`](x)<b>", "42", "s-roster"}
+    points = next(e.points for e in CH.exercises if e.label == RMS)
+    assert rows["s-from-metadata"][RMS] == str(points) and rows["42"][RMS] == "0"
+    assert rows["s-from-metadata"]["max_points"] == str(sum(e.points for e in CH.exercises))
+    assert rows["s-roster"]["flags"] == "solution edition" and rows["42"]["flags"] == ""
+    assert "FLAGGED" in capsys.readouterr().out
+    text = open(lms).read().splitlines()
+    assert text[0] == f"ID number,Chapter {CH.number}: {CH.title},Feedback"
+    assert any(line.startswith("'=HYPERLINK") for line in text)
+    md = (fb / "_HYPERLINK_1____x__b_.md").read_text()
+    assert "\\`\\]" in md and "\\<b\\>" in md and "](x)<b>" not in md
+    # a regrade of one student merges into the sheet
+    nbformat.write(only(with_function(books["student"], RMS, """
+def rms_norm_gain(x, gain, eps):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
+"""), [RMS]), tmp_path / "id_42_blank.ipynb")
+    main([paths[2], "--out", str(sheet), "--id-pattern", r"^id_(\d+)_", "--timeout", str(TIMEOUT)])
+    again = {r["student_id"]: r for r in csv.DictReader(open(sheet))}
+    assert set(again) == set(rows) and again["42"][RMS] == str(points)
+    assert again["s-from-metadata"] == rows["s-from-metadata"]
+    assert not list(tmp_path.glob(".grades.csv.*"))      # the atomic write left no temporary
+
+
+def test_a_failed_write_leaves_the_old_sheet_whole(tmp_path, monkeypatch):
+    from lncourse.grading import sheet as grade_sheet
+    (tmp_path / "grades.csv").write_text("old sheet\n")
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(grade_sheet.os, "fsync", full_disk)
+    with pytest.raises(OSError):
+        grade_sheet.atomic_write(tmp_path / "grades.csv", "new")
+    assert (tmp_path / "grades.csv").read_text() == "old sheet\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["grades.csv"]

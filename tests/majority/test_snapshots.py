@@ -1,0 +1,111 @@
+"""The majority trainer's parameter snapshots (lncourse.majority.snapshots): they hold
+the models behind the reported numbers, so that a test can recompute those numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from lncourse.majority import snapshots as S, task as majority, train as T
+from lncourse.majority.config import MajorityConfig
+
+SMALL = MajorityConfig(n_samples=1500, seq_len=20, n_classes=6, min_margin=2, d_model=4,
+                       batch_size=128, steps=24, eval_every=4, seeds=(11, 123),
+                       variants=("layernorm", "no_projection_released"))
+
+
+def test_encode_round_trips_float32_and_checks_the_shape():
+    t = torch.randn(3, 4, 5)
+    assert torch.equal(S.decode(S.encode(t), (3, 4, 5)), t)
+    with pytest.raises(ValueError, match="cannot have shape"):
+        S.decode(S.encode(t), (3, 4, 4))
+
+
+@pytest.fixture(scope="module")
+def run():
+    """SMALL trained with thresholds that its models cross (its accuracies are low), and
+    step 8 reported."""
+    plain = T.train(SMALL, show_progress=False)
+    acc = np.asarray(plain["test_acc"])
+    # thresholds each crossed by some model at some evaluation after the first
+    thresholds = (float(np.quantile(acc[1:], 0.3)), float(np.quantile(acc[1:], 0.7)))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(S, "THRESHOLDS", thresholds)
+        mp.setattr(S, "REPORTED_STEPS", (8,))
+        history = T.train(SMALL, show_progress=False)
+    return plain, history, thresholds
+
+
+def test_snapshots_do_not_change_what_is_trained(run):
+    plain, history, _ = run
+    for key in ("train_loss", "test_acc", "query_angle", "trace", "final_params"):
+        assert history[key] == plain[key], key
+
+
+def test_snapshots_hold_the_reported_steps_and_both_sides_of_each_crossing(run):
+    _, history, thresholds = run
+    acc, steps = np.asarray(history["test_acc"]), history["step"]
+    n_models = acc.shape[1]
+    stored = {s: set(history["snapshots"][str(s)]["models"]) for s in S.snapshot_steps(history)}
+    assert stored[8] == stored[SMALL.steps] == set(range(n_models))
+    crossings = 0
+    for threshold in thresholds:
+        for m in range(n_models):
+            reached = np.flatnonzero(acc[:, m] >= threshold)
+            if len(reached) and reached[0] > 0:
+                i = reached[0]
+                assert m in stored[steps[i]] and m in stored[steps[i - 1]], (threshold, m)
+                crossings += 1
+    assert crossings >= 2
+
+
+def test_snapshot_parameters_give_the_stored_accuracies(run):
+    """Evaluating the stored parameters gives the curve's value at that step: the
+    snapshot is of the right model at the right step (not the one before or after)."""
+    _, history, _ = run
+    data = T._data(SMALL, torch.device("cpu"))
+    init = majority.stack_params([T.initial_model("layernorm", 11, SMALL)])
+    shapes = {k: tuple(v.shape[1:]) for k, v in init.items()}
+    acc = np.asarray(history["test_acc"])
+    for step in S.snapshot_steps(history):
+        models, params = S.snapshot_params(history, step, shapes)
+        variants = tuple(history["variant"][m] for m in models)
+        got, _ = T._evaluate(params, variants, data)
+        want = acc[history["step"].index(step), models]
+        np.testing.assert_allclose(got.numpy(), want, atol=1e-6)
+        # and they differ from the neighbouring evaluation's (else the test could not tell)
+        i = history["step"].index(step)
+        if 0 < i:
+            assert not np.allclose(acc[i - 1, models], want)
+
+
+def test_an_interrupted_run_keeps_its_snapshots(tmp_path, run):
+    _, history, thresholds = run
+    path = tmp_path / "run.ckpt"
+
+    def crash(step):
+        if step == 14:
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(S, "THRESHOLDS", thresholds)
+        mp.setattr(S, "REPORTED_STEPS", (8,))
+        with pytest.raises(KeyboardInterrupt):
+            T.train(SMALL, checkpoint_path=path, show_progress=False, _on_step=crash)
+        resumed = T.train(SMALL, checkpoint_path=path, show_progress=False)
+    assert resumed["snapshots"] == history["snapshots"]
+    assert resumed["test_acc"] == history["test_acc"]
+
+
+def test_data_seed_presets_are_the_paper_settings_on_other_data():
+    paper = MajorityConfig.paper()
+    for k in (1, 2):
+        c = MajorityConfig.other_data(k)
+        assert c.data_seed == k and c.seeds == paper.seeds[:5]
+        assert c.variants == ("layernorm", "no_projection_released")
+        assert dataclasses.replace(c, data_seed=0, seeds=paper.seeds,
+                                   variants=paper.variants) == paper
+    assert T.PRESETS["data_seed2"]() == MajorityConfig.other_data(2)

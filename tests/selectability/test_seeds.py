@@ -1,0 +1,83 @@
+"""The seeded Table 1 runs of chapter 2: export, measurement from the stored weights,
+claims, and the stored result (its final losses and n = 1,024 cells recomputed)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from lncourse.lm import evaluate_lm
+from lncourse.results import RESULTS_DIR, load_result
+from lncourse.selectability.experiments import prefix_fractions
+from lncourse.selectability.lm import layer_vectors, tokenized
+from lncourse.selectability.seeds import SeedsConfig, checkpoint_state, train
+from lncourse.selectability.seeds_measure import (claims, curve, layer_rows, measure,
+                                                  models_at, result_of)
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    cfg = SeedsConfig.quick()
+    ck = tmp_path_factory.mktemp("seeds") / "q.ckpt"
+    out, _ = train(cfg, ck, progress=False)
+    result = json.loads(json.dumps(result_of(cfg, checkpoint_state(cfg, ck))))
+    return cfg, out, result
+
+
+def test_stored_weights_are_the_trained_ones(quick):
+    cfg, out, result = quick
+    assert result["snapshot_steps_done"] == [0, 10, 20] and result["steps_done"] == 20
+    for m, model in enumerate(models_at(result)):
+        for name, p in model.named_parameters():
+            assert torch.equal(p.detach(), out["params"][name][m]), name
+    # the measured cells are those of the stored weights
+    contexts = torch.tensor(result["contexts"])
+    again = measure(models_at(result, 10), contexts[:4])
+    assert again == result["curve"]["10"]
+
+
+def test_rows_curve_and_claims(quick):
+    _, _, result = quick
+    rows = layer_rows(result)
+    for key, layers in rows.items():
+        assert len(layers) == 2 and all(lo <= mean <= hi for mean, lo, hi in layers), key
+    full = np.asarray(result["final"]["after"])[0::2]
+    assert rows["full LayerNorm", "after"][0][0] == pytest.approx(100 * full[:, 0].mean())
+    steps, vals = curve(result, "no scaling before attention")
+    assert steps == [0, 10, 20] and vals.shape == (3, 2)
+    got = {c.key: c for c in claims(result)}
+    assert got["full_ln_zero"].holds is True
+    broken = json.loads(json.dumps(result))
+    broken["final"]["after"][0][1][0] = 0.5         # a full-LayerNorm cell made nonzero
+    assert {c.key: c for c in claims(broken)}["full_ln_zero"].holds is False
+
+
+STORED = sorted((RESULTS_DIR / "selectability").glob("seeds_*.json"))
+
+
+@pytest.mark.parametrize("path", STORED, ids=[p.stem for p in STORED])
+def test_stored_seeds_recompute_from_their_weights(path):
+    """Per stored model: the test loss at its last stored step, and its n = T cells of
+    the first context at layer 1 and at the last layer, before and after the norm,
+    recomputed from the stored weights; the claims hold."""
+    result = load_result(path)
+    cfg = SeedsConfig.from_dict(result["config"])
+    assert result["provenance"]["command"].startswith("python -m lncourse.selectability.seeds")
+    _, _, test_ids = tokenized(cfg.lm)
+    last = result["snapshot_steps_done"][-1]
+    at = result["step"].index(last)
+    contexts = torch.tensor(result["contexts"][:1])
+    for m, model in enumerate(models_at(result)):
+        seed = result["seeds"][m]
+        loss = evaluate_lm(model, test_ids, batches=cfg.lm.eval_batches,
+                           batch_size=cfg.lm.batch_size, block_size=cfg.lm.block_size,
+                           seed=seed + 1, device="cpu")
+        assert loss == pytest.approx(result["histories"][m]["test_loss"][at], rel=1e-4)
+        vec = layer_vectors(model, contexts)
+        for key, q in (("resid_pre", "before"), ("ln1", "after")):
+            for layer in (0, cfg.lm.n_layers - 1):
+                got = prefix_fractions(vec[key][layer], [cfg.lm.block_size])[0, 0]
+                assert got == result["final"][q][m][layer][0], (m, q, layer)
+    assert all(c.holds for c in claims(result)), [c.text for c in claims(result)
+                                                  if not c.holds]
