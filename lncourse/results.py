@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 
 __all__ = ["DirtyTreeError", "RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
-           "load_result", "describe", "run_arguments", "command_line", "store_run"]
+           "load_result", "describe", "run_arguments", "command_line", "store_run",
+           "RENAMED", "today_command"]
 
 
 
@@ -169,8 +170,8 @@ def today_command(command: str) -> str:
 def _what_runs(command: str) -> list[str]:
     """A command without the options that change where and how visibly it runs, not what:
     ``--device X``, ``--quiet`` and ``--allow-dirty``. A run started on a CPU may resume
-    on a GPU."""
-    words, out = command.split(), []
+    on a GPU; a module that has moved since is read under its new name."""
+    words, out = today_command(command).split(), []
     skip = False
     for word in words:
         if skip:

@@ -1,5 +1,7 @@
-"""The package's shape, as issue 12 set it: every module readable in one sitting, and no
-two modules that import each other (directly or around a longer loop)."""
+"""The package's shape: every module readable in one sitting, no two modules that import
+each other (directly or around a longer loop) (issue 12), and the layout of issue 20: a
+core at the root, one folder per chapter that imports the core and never another chapter,
+the checks in one folder, and grading apart, imported by no science module."""
 
 import ast
 from pathlib import Path
@@ -21,12 +23,14 @@ def module_name(path: Path) -> str:
 NAMES = {module_name(p) for p in MODULES}
 
 
-def imports(path: Path) -> set[str]:
-    """The lncourse modules ``path`` imports, anywhere in it (in functions too)."""
+def imports(path: Path, source: str | None = None) -> set[str]:
+    """The lncourse modules ``path`` (or ``source`` read as if it were that file) imports,
+    anywhere in it (in functions too)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source if source is not None
+                                        else path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("lncourse"))
         elif isinstance(node, ast.ImportFrom):
@@ -91,3 +95,88 @@ def test_imports_are_read_relative_and_absolute():
     assert "lncourse.majority.multiset" in graph["lncourse.majority.multiset_fused"]
     assert "lncourse.majority.train" in graph["lncourse.majority.single"]
     assert "lncourse.rng" in graph["lncourse.majority.config"]
+    # relative forms resolve too (the package writes absolute ones today)
+    relative = "from . import task\nfrom ..rng import generator\nfrom .config import X\n"
+    assert imports(PACKAGE / "majority" / "stats.py", relative) == {
+        "lncourse.majority.task", "lncourse.rng", "lncourse.majority.config"}
+
+
+# ---------------------------------------------------------------- the layout (issue 20)
+CHAPTERS = {"geometry": 1, "selectability": 2, "majority": 3, "nope": 4}
+CORE = {"_packages", "attention", "checkpoint", "claims", "device", "folding", "guard",
+        "layernorm", "lm", "minilm", "modes", "paper", "progress", "results", "rng",
+        "summary", "text", "transformer"}
+CORE_FOLDERS = {"plotting"}
+CHECKS, GRADING = "checks", "grading"
+
+
+def part(module: str) -> str:
+    """The part of the package a module belongs to: a chapter, 'checks', 'grading' or
+    'core'."""
+    top = module.split(".")[1] if module.count(".") else ""
+    if top in CHAPTERS or top in (CHECKS, GRADING):
+        return top
+    return "core"
+
+
+def layout_problems(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that crosses the layout's lines. The core imports only the core; a
+    chapter imports the core and itself; the checks import the core and the chapters
+    (their references), never grading; grading imports anything."""
+    problems = []
+    for module, deps in sorted(graph.items()):
+        mine = part(module)
+        for dep in sorted(deps):
+            theirs = part(dep)
+            if mine == "core" and theirs != "core":
+                problems.append(f"core module {module} imports {dep} ({theirs})")
+            elif mine in CHAPTERS and theirs not in ("core", mine):
+                problems.append(f"chapter module {module} imports {dep} ({theirs})")
+            elif mine == CHECKS and theirs == GRADING:
+                problems.append(f"check module {module} imports {dep} ({theirs})")
+    return problems
+
+
+def test_layout_core_chapters_checks_and_grading():
+    graph = {module_name(p): imports(p) for p in MODULES}
+    assert layout_problems(graph) == []
+
+
+def test_layout_rules_bite():
+    assert layout_problems({"lncourse.majority.train": {"lncourse.nope.variance"}}) == [
+        "chapter module lncourse.majority.train imports lncourse.nope.variance (nope)"]
+    assert layout_problems({"lncourse.majority.stats": {"lncourse.grading.sandbox"}})
+    assert layout_problems({"lncourse.majority.stats": {"lncourse.checks.majority"}})
+    assert layout_problems({"lncourse.results": {"lncourse.majority.config"}})
+    assert layout_problems({"lncourse.plotting.style": {"lncourse.nope.figures"}})
+    assert layout_problems({"lncourse.checks.nope": {"lncourse.grading.wire"}})
+    assert layout_problems({"lncourse.grading.grade": {"lncourse.checks.majority"},
+                            "lncourse.checks.majority": {"lncourse.majority.task", "lncourse.guard"},
+                            "lncourse.majority.train": {"lncourse.rng"},
+                            "lncourse.majority.bench": {"lncourse.majority.train"}}) == []
+
+
+def test_root_holds_only_the_core_and_the_folders():
+    root = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert root <= CORE, f"not core, so not at the root: {sorted(root - CORE)}"
+    assert folders == set(CHAPTERS) | CORE_FOLDERS | {CHECKS, GRADING}, sorted(folders)
+
+
+def test_names_inside_a_folder_drop_its_prefix():
+    """`majority/train.py`, not `majority/majority_train.py`."""
+    stuttering = [str(p.relative_to(PACKAGE)) for p in MODULES
+                  if p.parent != PACKAGE and p.stem.startswith(p.parent.name + "_")]
+    assert stuttering == []
+
+
+def test_tests_mirror_the_layout():
+    """A chapter's tests live in tests/<chapter>/, those of the checks and of grading in
+    tests/checks/ and tests/grading/; the root's tests are the core's, and tests/book/ holds
+    those of the book as a whole (site, notebooks, editions)."""
+    tests = Path(__file__).resolve().parent
+    at_root = [p.name for p in tests.glob("test_*.py")
+               if any(p.stem.startswith(f"test_{c}") for c in [*CHAPTERS, CHECKS, GRADING, "grade"])]
+    assert at_root == []
+    for folder in [*CHAPTERS, CHECKS, GRADING, "book"]:
+        assert list((tests / folder).glob("test_*.py")), f"no tests in tests/{folder}/"

@@ -1,4 +1,5 @@
-"""Conventions every figure function follows (lncourse.plotting), and the shared helpers."""
+"""Conventions every figure function follows (each chapter's ``figures``), and the shared
+helpers of lncourse.plotting."""
 
 import inspect
 import re
@@ -12,19 +13,23 @@ from matplotlib.figure import Figure
 from lncourse import plotting
 from lncourse.geometry import figures as geometry_figures
 from lncourse.majority import figures as majority_figures
+from lncourse.nope import figures as nope_figures
 from lncourse.selectability import figures as selectability_figures
 from lncourse.plotting.style import COLORS, SERIES, blank_figure, figure_and_axes
 
 PLOTTING = Path(plotting.__file__).parent
-FIGURE_MODULES = [p for p in sorted(PLOTTING.glob("*.py")) if p.stem not in ("__init__", "style")]
+CHAPTER_FIGURES = [geometry_figures, majority_figures, nope_figures, selectability_figures]
+FIGURE_MODULES = ([p for p in sorted(PLOTTING.glob("*.py")) if p.stem not in ("__init__", "style")]
+                  + [Path(m.__file__) for m in CHAPTER_FIGURES])
 
 
 def _figure_functions():
-    for name in dir(plotting):
-        fn = getattr(plotting, name)
-        if (inspect.isfunction(fn) and fn.__module__ != "lncourse.plotting.style"
-                and inspect.signature(fn).return_annotation in (Figure, "Figure")):
-            yield name, fn
+    for module in CHAPTER_FIGURES + [plotting]:
+        for name in dir(module):
+            fn = getattr(module, name)
+            if (inspect.isfunction(fn) and fn.__module__ != "lncourse.plotting.style"
+                    and inspect.signature(fn).return_annotation in (Figure, "Figure")):
+                yield f"{module.__name__}.{name}", fn
 
 
 def test_every_figure_function_takes_ax():
@@ -34,7 +39,7 @@ def test_every_figure_function_takes_ax():
     assert missing == []
 
 
-@pytest.mark.parametrize("path", FIGURE_MODULES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", FIGURE_MODULES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_one_way_to_get_axes_and_no_colour_outside_COLORS(path):
     source = path.read_text()
     assert "ax is None" not in source and "new_figure(" not in source and "add_subplot" not in source

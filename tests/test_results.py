@@ -110,3 +110,20 @@ def test_a_modified_checkout_neither_starts_nor_stores_a_run(tmp_path, monkeypat
     # --allow-dirty changes how a run is recorded, not what runs: a resume may add it
     assert R._what_runs("python -m x --preset paper --allow-dirty") == \
         R._what_runs("python -m x --preset paper")
+
+
+def test_a_run_started_before_the_move_resumes_under_the_new_name(tmp_path):
+    """Issue 20 moved the modules; a checkpoint started as `python -m lncourse.majority_train`
+    resumes as `python -m lncourse.majority.train`, and as nothing else."""
+    ckpt = tmp_path / "run.ckpt"
+    old = "python -m lncourse.majority_train --preset paper --quiet --allow-dirty"
+    R.run_started(ckpt, old)
+    ckpt.write_bytes(b"x")
+    again = R.run_started(ckpt, "python -m lncourse.majority.train --preset paper --allow-dirty")
+    assert again["command"] == old
+    with pytest.raises(ValueError, match="was started by"):
+        R.run_started(ckpt, "python -m lncourse.selectability.lm --preset paper --allow-dirty")
+    assert R.today_command("python -m lncourse.nope_probe --preset paper") == \
+        "python -m lncourse.nope.probe --preset paper"
+    assert all(new.startswith("lncourse.") and R.RENAMED.get(new) is None
+               for new in R.RENAMED.values())           # every new name is final

@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent     # lncourse/ (this is lncourse/grading/)
 
 
 @functools.lru_cache(maxsize=1)

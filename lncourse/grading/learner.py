@@ -25,17 +25,23 @@ import sys
 import traceback
 from typing import Any
 
-_BLOCKED = ("lncourse.checks", "lncourse.grading.grade", "lncourse.grading.sandbox")
+_BLOCKED = ("lncourse.checks", "lncourse.grading")
+# what the learner's process needs of grading (the package, its wire and itself)
+_ALLOWED = ("lncourse.grading", "lncourse.grading.wire", "lncourse.grading.learner")
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
+
+
+def _blocked(name: str) -> bool:
+    """A module the learner's process may not import: the checks and the grader."""
+    return name not in _ALLOWED and any(name == b or name.startswith(b + ".") for b in _BLOCKED)
 
 
 class _NoChecks(importlib.abc.MetaPathFinder):
     """Refuses to import the checks (and the grader) in the learner's process."""
 
     def find_spec(self, name, path=None, target=None):
-        if any(name == b or name.startswith(b + ".") for b in _BLOCKED) \
-                and name not in ("lncourse.grading.wire", "lncourse.guard"):
+        if _blocked(name):
             raise ImportError(f"{name} cannot be imported while an exercise is graded")
         return None
 
@@ -180,7 +186,7 @@ def main() -> None:
         os.dup2(devnull, fd)
     os.close(devnull)
     sys.meta_path.insert(0, _NoChecks())
-    for name in [m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in _BLOCKED)]:
+    for name in [m for m in sys.modules if _blocked(m)]:
         del sys.modules[name]
     os.environ.update(LNCOURSE_PROGRESS="0", LNCOURSE_NO_WIDGETS="1", OMP_NUM_THREADS="1")
     namespace = os.environ.get("LNCOURSE_SANDBOX") == "bwrap"

@@ -15,7 +15,7 @@ import torch
 
 from lncourse.selectability import report
 from lncourse.lm import TRACE_STEPS, evaluate_lm, train_lm
-from lncourse.results import RESULTS_DIR, load_result
+from lncourse.results import RESULTS_DIR, load_result, today_command
 from lncourse.selectability.exact import selectability_batch
 from lncourse.selectability.experiments import prefix_fractions
 from lncourse.selectability.lm import (PRESETS, VARIANTS, KeysLMConfig, build_model, held_out_contexts,
@@ -135,7 +135,8 @@ def test_stored_result_matches_the_code(path):
     result = load_result(path)
     cfg = KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
                           for k, v in result["config"].items()})
-    assert result["provenance"]["command"].startswith("python -m lncourse.selectability.lm")
+    assert today_command(result["provenance"]["command"]).startswith(
+        "python -m lncourse.selectability.lm")
     tok, train_ids, test_ids = tokenized(cfg)
     assert tok.vocab_size == result["tokenizer"]["vocab_size"]
     assert getattr(tok, "fingerprint", None) == result["tokenizer"]["fingerprint"]
