@@ -20,7 +20,7 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from test_grade import editions, exercise_cell, with_function
+from .test_grade import editions, exercise_cell, with_function
 from lncourse.grading.exercises import chapter as find_chapter
 from lncourse.grading.grade import grade, write_csv
 from lncourse.grading.contain import bwrap, contained
