@@ -74,6 +74,11 @@ CHAPTERS: tuple[Chapter, ...] = (
              ("ex-masked-attention", "A causal or a bidirectional mask", "masked_attention", 2),
              ("ex-effective-tokens", "The effective number of attended tokens",
               "effective_tokens", 2)),
+    _chapter("05_norms", "Today's normalisations through the lenses",
+             ("ex-dyt", "Dynamic tanh", "dyt", 1),
+             ("ex-chance-abs-cos", "The chance level of cos(h, 1)", "chance_abs_cos", 2),
+             ("ex-fraction-along-ones", "How much of h lies along 1", "fraction_along_ones", 1),
+             ("ex-qk-norm-scores", "QK-norm in a head", "qk_norm_scores", 2)),
 )
 
 
