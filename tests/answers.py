@@ -1039,3 +1039,129 @@ def effective_count_int(weights):
 @wrong("effective_tokens", "square the weights")
 def effective_sum(weights):
     return 1 / weights.sum(-1)
+
+
+# ================================================================ chapter 5
+@right("dyt")
+def dyt(x, alpha, gamma, beta):
+    return gamma * torch.tanh(alpha * x) + beta
+
+
+@right("dyt")
+def dyt_from_exp(x, alpha, gamma, beta):
+    z = torch.exp(-2 * (alpha * x).abs())
+    return gamma * torch.sign(alpha * x) * (1 - z) / (1 + z) + beta
+
+
+@wrong("dyt", "inside the tanh")
+def dyt_alpha_outside(x, alpha, gamma, beta):
+    return gamma * alpha * torch.tanh(x) + beta
+
+
+@wrong("dyt", "the gain gamma multiplies")
+def dyt_swapped(x, alpha, gamma, beta):
+    return beta * torch.tanh(alpha * x) + gamma
+
+
+@wrong("dyt", "beta is added after")
+def dyt_beta_inside(x, alpha, gamma, beta):
+    return gamma * torch.tanh(alpha * x + beta)
+
+
+@wrong("dyt", "no division")
+def dyt_normalised(x, alpha, gamma, beta):
+    rms = x.pow(2).mean(-1, keepdim=True).sqrt()
+    return gamma * torch.tanh(alpha * x / rms) + beta
+
+
+@right("chance_abs_cos")
+def chance_abs_cos(d):
+    return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
+
+
+@right("chance_abs_cos")
+def chance_abs_cos_by_beta(d):
+    # u_1 has density (1 - t²)^((d-3)/2) / B(1/2, (d-1)/2) on [-1, 1]; integrate |t| against it
+    from scipy.special import beta
+    return 2 / (d - 1) / beta(0.5, (d - 1) / 2) if d > 1 else 1.0
+
+
+@wrong("chance_abs_cos", "large-d approximation")
+def chance_approx(d):
+    return math.sqrt(2 / (math.pi * d))
+
+
+@wrong("chance_abs_cos", "root-mean-square")
+def chance_rms(d):
+    return d ** -0.5
+
+
+@wrong("chance_abs_cos", "swapped the two Gamma")
+def chance_swapped(d):
+    return math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2)) / math.sqrt(math.pi)
+
+
+@right("qk_norm_scores")
+def qk_norm_scores(q, k, eps):
+    qn = q / torch.sqrt((q * q).mean(dim=-1, keepdim=True) + eps)
+    kn = k / torch.sqrt((k * k).mean(dim=-1, keepdim=True) + eps)
+    return torch.einsum("...id,...jd->...ij", qn, kn) / q.shape[-1] ** 0.5
+
+
+@wrong("qk_norm_scores", "unit length")
+def qk_cosine(q, k, eps):
+    return torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(k, dim=-1).mT
+
+
+@wrong("qk_norm_scores", "1/√dh")
+def qk_unscaled(q, k, eps):
+    qn = q / torch.sqrt(q.pow(2).mean(-1, keepdim=True) + eps)
+    kn = k / torch.sqrt(k.pow(2).mean(-1, keepdim=True) + eps)
+    return qn @ kn.mT
+
+
+@wrong("qk_norm_scores", "centred")
+def qk_layer_norm(q, k, eps):
+    ln = torch.nn.functional.layer_norm
+    return ln(q, q.shape[-1:], eps=eps) @ ln(k, k.shape[-1:], eps=eps).mT / q.shape[-1] ** 0.5
+
+
+@wrong("qk_norm_scores", "not over tokens")
+def qk_over_tokens(q, k, eps):
+    qn = q / torch.sqrt(q.pow(2).mean(-2, keepdim=True) + eps)
+    kn = k / torch.sqrt(k.pow(2).mean(-2, keepdim=True) + eps)
+    return qn @ kn.mT / q.shape[-1] ** 0.5
+
+
+@right("fraction_along_ones")
+def fraction_along_ones(h):
+    d = h.shape[-1]
+    return (h.mean(-1) ** 2 * d) / (h * h).sum(-1)
+
+
+@right("fraction_along_ones")
+def fraction_along_ones_by_projection(h):
+    ones = torch.ones(h.shape[-1], dtype=h.dtype) / h.shape[-1] ** 0.5
+    along = (h @ ones)[..., None] * ones
+    return along.pow(2).sum(-1) / h.pow(2).sum(-1)
+
+
+@wrong("fraction_along_ones", "by d: the projection onto 1")
+def along_without_d(h):
+    return h.sum(-1) ** 2 / (h * h).sum(-1)
+
+
+@wrong("fraction_along_ones", "square it")
+def along_cos(h):
+    return h.sum(-1).abs() / (h.norm(dim=-1) * h.shape[-1] ** 0.5)
+
+
+@wrong("fraction_along_ones", "orthogonal to 1")
+def along_orthogonal(h):
+    c = h - h.mean(-1, keepdim=True)
+    return (c * c).sum(-1) / (h * h).sum(-1)
+
+
+@wrong("fraction_along_ones", "square the sum")
+def along_rms(h):
+    return (h * h).mean(-1) / (h * h).sum(-1)

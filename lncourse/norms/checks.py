@@ -1,0 +1,156 @@
+"""Checks for the exercises of chapter 5 (today's normalisations through the lenses)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from lncourse.checking.core import case, generator, run_check
+
+__all__ = ["check_dyt", "check_chance_abs_cos", "check_qk_norm_scores",
+           "check_fraction_along_ones"]
+
+
+# --- DyT -----------------------------------------------------------------------------
+def _dyt(x: Tensor, alpha: float, gamma: Tensor, beta: Tensor) -> Tensor:
+    return gamma * torch.tanh(alpha * x) + beta
+
+
+_DYT_MISTAKES = [
+    ("multiply by alpha inside the tanh, tanh(alpha x), not outside it",
+     lambda x, a, g, b: g * a * torch.tanh(x) + b),
+    ("the gain gamma multiplies and beta shifts: gamma * tanh(alpha x) + beta",
+     lambda x, a, g, b: b * torch.tanh(a * x) + g),
+    ("beta is added after the gain, not inside the tanh",
+     lambda x, a, g, b: g * torch.tanh(a * x + b)),
+    ("DyT has no division by the token's scale: it is elementwise",
+     lambda x, a, g, b: g * torch.tanh(a * x / x.pow(2).mean(-1, keepdim=True).sqrt()) + b),
+]
+
+
+def check_dyt(fn: Callable, *, hidden: bool = False) -> None:
+    """dyt(x, alpha, gamma, beta): (..., d) -> (..., d), gamma * tanh(alpha * x) + beta."""
+    g = generator(50)
+    x = torch.randn(5, 6, generator=g, dtype=torch.float64) * 3
+    gamma = torch.rand(6, generator=g, dtype=torch.float64) + 0.5
+    beta = torch.randn(6, generator=g, dtype=torch.float64)
+    cases = [case(x, 0.5, gamma, beta), case(x, 2.0, gamma, beta),
+             case(x[:1], 1.0, torch.ones(6, dtype=torch.float64),
+                  torch.zeros(6, dtype=torch.float64))]
+    if hidden:
+        big = torch.randn(2, 3, 4, generator=g, dtype=torch.float64) * 100
+        cases += [case(big, 0.1, gamma[:4], beta[:4]), case(x.float(), 0.7, gamma.float(),
+                                                            beta.float()),
+                  case(x, -1.5, gamma, beta)]
+    run_check(fn, "dyt", ["x", "alpha", "gamma", "beta"], cases, reference=_dyt,
+              mistakes=_DYT_MISTAKES)
+
+
+# --- the chance level of |cos(h, 1)| ----------------------------------------------------
+def _chance(d: int) -> float:
+    return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
+
+
+_CHANCE_MISTAKES = [
+    ("√(2/(πd)) is the large-d approximation; the exercise asks for the exact value "
+     "Γ(d/2) / (√π Γ((d+1)/2))", lambda d: math.sqrt(2 / (math.pi * d))),
+    ("1/√d is the root-mean-square cos, sqrt(E[cos²]); the mean of |cos| is smaller",
+     lambda d: 1 / math.sqrt(d)),
+    ("you swapped the two Gamma functions: Γ(d/2) goes on top",
+     lambda d: math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2)) / math.sqrt(math.pi)),
+]
+
+
+def check_chance_abs_cos(fn: Callable[[int], float], *, hidden: bool = False) -> None:
+    """chance_abs_cos(d): E|cos(u, 1)| for u uniform on the sphere in d dimensions."""
+    cases = [case(1), case(2), case(3), case(384), case(576)]
+    if hidden:
+        cases += [case(7), case(4096), case(100_000)]
+    # the Gamma functions (or a Beta function) lose a few hundred epsilons at large d
+    run_check(fn, "chance_abs_cos", ["d"], cases, reference=_chance,
+              mistakes=_CHANCE_MISTAKES, slack=lambda eps: 1e4 * eps)
+
+
+# --- QK-norm ---------------------------------------------------------------------------
+def _rms(x: Tensor, eps: float) -> Tensor:
+    return x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+
+
+def _qk(q: Tensor, k: Tensor, eps: float) -> Tensor:
+    return _rms(q, eps) @ _rms(k, eps).transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+
+_QK_MISTAKES = [
+    ("you normalised to unit length (cosine similarity): RMSNorm puts a head's vectors on "
+     "the sphere of radius √dh, so the logits are dh·cos / √dh",
+     lambda q, k, e: (q / q.norm(dim=-1, keepdim=True)) @ (k / k.norm(dim=-1, keepdim=True)
+                                                             ).transpose(-1, -2)),
+    ("you left out the 1/√dh of scaled dot-product attention",
+     lambda q, k, e: _rms(q, e) @ _rms(k, e).transpose(-1, -2)),
+    ("you centred the vectors (LayerNorm); QK-norm here is RMSNorm, with no projection",
+     lambda q, k, e: _qk(q - q.mean(-1, keepdim=True), k - k.mean(-1, keepdim=True), e)),
+    ("normalise each query and key over its dh channels (the last axis), not over tokens",
+     lambda q, k, e: (q / (q.pow(2).mean(-2, keepdim=True) + e).sqrt())
+     @ (k / (k.pow(2).mean(-2, keepdim=True) + e).sqrt()).transpose(-1, -2)
+     / math.sqrt(q.shape[-1])),
+]
+
+
+def check_qk_norm_scores(fn: Callable, *, hidden: bool = False) -> None:
+    """qk_norm_scores(q, k, eps): (..., Tq, dh), (..., Tk, dh) -> (..., Tq, Tk)."""
+    g = generator(51)
+    q = torch.randn(2, 5, 4, generator=g, dtype=torch.float64) * 3 + 1
+    k = torch.randn(2, 5, 4, generator=g, dtype=torch.float64) * 0.1 - 0.5
+    cases = [case(q, k, 1e-6), case(q[0, :3], k[0], 1e-6), case(q, 7 * q, 0.0)]
+    if hidden:
+        cases += [case(torch.randn(3, 2, 6, 8, generator=g, dtype=torch.float64),
+                       torch.randn(3, 2, 6, 8, generator=g, dtype=torch.float64), 1e-5),
+                  case(q.float(), k.float(), 1e-6),
+                  case(torch.randn(1, 2, generator=g, dtype=torch.float64) * 1e3,
+                       torch.randn(4, 2, generator=g, dtype=torch.float64), 1e-6)]
+    run_check(fn, "qk_norm_scores", ["q", "k", "eps"], cases, reference=_qk,
+              mistakes=_QK_MISTAKES)
+
+
+# --- the fraction of ||h||² along 1 ----------------------------------------------------
+def _along(h: Tensor) -> Tensor:
+    return h.sum(-1).pow(2) / (h.shape[-1] * h.pow(2).sum(-1))
+
+
+_ALONG_MISTAKES = [
+    ("divide (Σ h)² by d: the projection onto 1 is (Σ h / d)·1, of squared length (Σ h)²/d",
+     lambda h: h.sum(-1).pow(2) / h.pow(2).sum(-1)),
+    ("you returned the component's length over ||h||, |cos(h, 1)|; square it",
+     lambda h: _along(h).sqrt()),
+    ("you returned the fraction orthogonal to 1 (what LayerNorm's projection keeps)",
+     lambda h: 1 - _along(h)),
+    ("Σ h² / d is the squared RMS, not the part along 1: square the sum, not the entries",
+     lambda h: h.pow(2).sum(-1) / (h.shape[-1] * h.pow(2).sum(-1))),
+]
+
+
+def check_fraction_along_ones(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
+    """fraction_along_ones(h): (..., d) -> (...), ||proj_1 h||² / ||h||² = cos²(h, 1)."""
+    g = generator(52)
+    cases = [case(torch.randn(6, 5, generator=g, dtype=torch.float64) + 0.7),
+             case(torch.ones(2, 3, dtype=torch.float64)),
+             case(torch.tensor([[1.0, -1.0, 0.0, 2.0]], dtype=torch.float64))]
+    if hidden:
+        cases += [case(torch.randn(2, 3, 576, generator=g, dtype=torch.float64)),
+                  case(torch.randn(4, 8, generator=g) * 50 + 3),
+                  case(torch.randn(7, generator=g, dtype=torch.float64))]
+    run_check(fn, "fraction_along_ones", ["h"], cases, reference=_along,
+              mistakes=_ALONG_MISTAKES)
+
+
+# The known mistakes of every exercise this module checks, by the exercise's function
+# name (tests/test_checks_exercises.py writes an answer for each).
+MISTAKES = {
+    "dyt": _DYT_MISTAKES,
+    "chance_abs_cos": _CHANCE_MISTAKES,
+    "qk_norm_scores": _QK_MISTAKES,
+    "fraction_along_ones": _ALONG_MISTAKES,
+}
