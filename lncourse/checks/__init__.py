@@ -25,3 +25,6 @@ from lncourse.checks.nope import (  # noqa: F401
     check_effective_tokens, check_fit_loglog_slope, check_masked_attention, check_running_mean,
     check_sample_covariance,
 )
+from lncourse.checks.norms import (  # noqa: F401
+    check_chance_abs_cos, check_dyt, check_fraction_along_ones, check_qk_norm_scores,
+)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lncourse.checking.core import case, generator, run_check
+from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_dyt", "check_chance_abs_cos", "check_qk_norm_scores",
            "check_fraction_along_ones"]
