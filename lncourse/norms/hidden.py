@@ -11,7 +11,8 @@ averages them over passages, with confidence intervals across passages.
 - the per-token scale rms(h_t) that the scaling S divides by, and how spread it is;
 - the massive activation: a few channels of one token far above everything else;
 - whether the norm's map from one channel's input to its output, across tokens, bends
-  like tanh (the S-shape that motivates DyT) or stays a straight line.
+  like tanh (the S-shape that motivates DyT) or stays a straight line, with every token
+  and without token 0 (whose massive activation alone can bend it).
 """
 
 from __future__ import annotations
@@ -102,8 +103,10 @@ def passage_stats(h: Tensor, n_directions: int = 64) -> dict[str, float]:
             "rms_spread": rms_spread(h),
             "massive_token0": massive_ratio(h, 0),
             "massive_rest": float(rest.abs().max() / h.abs().median()),
-            "saturation": saturation(h)}
+            "saturation": saturation(h),
+            "saturation_rest": saturation(rest)}
 
 
 STATS = ("abs_cos_ones", "abs_cos_ones_token0", "abs_cos_random", "cos2_ones", "norm",
-         "norm_token0", "rms_spread", "massive_token0", "massive_rest", "saturation")
+         "norm_token0", "rms_spread", "massive_token0", "massive_rest", "saturation",
+         "saturation_rest")
