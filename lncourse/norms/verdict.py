@@ -20,6 +20,8 @@ def claims(stored: dict) -> dict[str, bool]:
     below_random = np.array(s["abs_cos_ones"]["high"]) < np.array(s["abs_cos_random"]["mean"])
     norm = s["norm"]["mean"]
     rest = max(s["massive_rest"]["mean"])
+    strongest = int(np.argmin(s["saturation"]["mean"]))
+    rest_below = np.array(s["saturation_rest"]["high"]) < 1
     return {
         "SmolLM2's h is closer to ⟂ 1 than to ⟂ a random direction at most norms":
             bool(below_random.sum() > n / 2),
@@ -35,4 +37,8 @@ def claims(stored: dict) -> dict[str, bool]:
             bool(np.median(s["saturation"]["mean"]) < 1
                  and abs(np.median(mini["summary"]["saturation"]["mean"]) - 1)
                  < abs(np.median(s["saturation"]["mean"]) - 1)),
+        "SmolLM2's strongest bend is token 0's: without it the ratio there is above 0.8":
+            bool(s["saturation_rest"]["mean"][strongest] > 0.8),
+        "without token 0 a milder bend remains: the interval is below 1 at most norms":
+            bool(rest_below.sum() > n / 2),
     }
