@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from lncourse.lm import evaluate_lm
-from lncourse.results import RESULTS_DIR, load_result
+from lncourse.results import RESULTS_DIR, load_result, today_command
 from lncourse.selectability.experiments import prefix_fractions
 from lncourse.selectability.lm import layer_vectors, tokenized
 from lncourse.selectability.seeds import SeedsConfig, checkpoint_state, train
@@ -63,7 +63,8 @@ def test_stored_seeds_recompute_from_their_weights(path):
     recomputed from the stored weights; the claims hold."""
     result = load_result(path)
     cfg = SeedsConfig.from_dict(result["config"])
-    assert result["provenance"]["command"].startswith("python -m lncourse.selectability.seeds")
+    assert today_command(result["provenance"]["command"]).startswith(
+        "python -m lncourse.selectability.seeds")
     _, _, test_ids = tokenized(cfg.lm)
     last = result["snapshot_steps_done"][-1]
     at = result["step"].index(last)
