@@ -5,16 +5,17 @@
 #
 # Two lanes of one thread each keep both cores busy (measured in issue 11: one chapter
 # alone on two threads is faster, but two one-thread lanes finish the whole run sooner):
-#   lane A: the site build (fast mode), then nbval re-executes chapters 2 and 3 (and any
-#           later one) and compares the cells they tag `deterministic` with the site's
-#           outputs;
+#   lane A: the site build (fast mode), then nbval re-executes chapters 1, 4 and 5 (2 and 3
+#           are `slow`: tests/book/test_nbval.py) and compares the cells they tag
+#           `deterministic` with the site's outputs, then the reader's environments
+#           (tests/book/test_colab.py, which needs the package index);
 #   lane B: every student notebook with FULL = True, SCALE = 0.01 (the stubs raise, full
-#           mode's code paths run), the unit tests, then nbval of chapters 1 and 4.
-# Measured on a fresh clone (2 cores) before nbval was split: set-up 61 s; lane A 246 s of
-# build + 204 s of nbval, lane B 179 + 175 s; 544 s in all. Split: 477 to 496 s in all
-# (four runs), the lanes ending within 5 s of each other.
-# Finally the solution editions are checked against what the site executed, and every
-# page is opened in Chromium.
+#           mode's code paths run), the unit tests, then what needs the built site: the
+#           solution editions against the executed chapters, every page in Chromium, and
+#           a chapter run beside CPU hogs (tests/book/test_build_watch.py).
+# Measured on a fresh clone of the merge of issues 16-22 (2 cores, idle), with nbval of every
+# chapter: set-up 67 s, lane A 297 s of build + 195 s of nbval; lane B 215 s of student
+# notebooks + about 330 s of unit tests; over 700 s in all, hence the split above.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$(date +%s)
@@ -43,20 +44,19 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-
 mkdir -p _build
 stamp() { echo "[test] $1 at $(( $(date +%s) - start )) s"; }
 
-# nbval needs the site's execution cache: lane A marks when the build is done (or failed).
-# Lane B re-executes chapters 1 and 4 after its own work, lane A every other chapter,
-# which evens the lanes (measured on a fresh clone, lane A alone with all four: 204 s of
-# nbval after a 246 s build, while lane B finished 96 s earlier).
+# What needs the built site waits for lane A's marker (or its failure).
 rm -f _build/.site-built _build/.site-failed
-stamp "lane B (student notebooks in full mode at SCALE 0.01, unit tests, nbval of chapters 1 and 4) started"
+stamp "lane B (student notebooks in full mode at SCALE 0.01, unit tests, then the site's tests) started"
 (
   $PY -m pytest -m notebooks -k student -p no:cacheprovider -q --durations=0
   $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider -q \
-    --durations=10 "$@"
+    --ignore=tests/book/test_colab.py --durations=10 "$@"
   while [ ! -e _build/.site-built ] && [ ! -e _build/.site-failed ]; do sleep 2; done
   if [ -e _build/.site-built ]; then
-    $PY -m pytest -m notebooks -k "deterministic and (01_ or 04_)" -p no:cacheprovider -q \
-      --durations=0
+    $PY -m pytest -p no:cacheprovider -q -m "(notebooks or site) and not slow" \
+      -k "not student and not deterministic" --durations=5
+  else
+    exit 1
   fi
 ) > _build/lane-b.log 2>&1 &
 lane_b=$!
@@ -66,8 +66,11 @@ lane_a=0
 bash scripts/build_site.sh || lane_a=$?
 if [ "$lane_a" -eq 0 ]; then
   touch _build/.site-built
-  stamp "lane A: nbval re-executes every chapter but 1 and 4"
-  $PY -m pytest -m notebooks -k "deterministic and not (01_ or 04_)" -p no:cacheprovider -q \
+  stamp "lane A: nbval re-executes chapters 1, 4 and 5"
+  $PY -m pytest -m "notebooks and not slow" -k deterministic -p no:cacheprovider -q \
+    --durations=0 || lane_a=$?
+  stamp "lane A: the reader's environments"
+  $PY -m pytest tests/book/test_colab.py -m "not slow" -p no:cacheprovider -q \
     --durations=0 || lane_a=$?
 else
   touch _build/.site-failed
@@ -78,11 +81,6 @@ wait $lane_b || b_status=$?
 echo "[test] lane B:"
 cat _build/lane-b.log
 stamp "lanes done"
-[ "$lane_a" -eq 0 ] || { echo "[test] lane A (site build or nbval) failed"; exit "$lane_a"; }
-[ "$b_status" -eq 0 ] || { echo "[test] lane B (student notebooks, unit tests or nbval) failed"; exit "$b_status"; }
-
-# What needs the built site: the solution editions against the executed chapters, and
-# every page in a browser (two threads again: nothing else runs now).
-OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 $PY -m pytest -p no:cacheprovider -q \
-  -m "notebooks or site" -k "not student and not deterministic"
+[ "$lane_a" -eq 0 ] || { echo "[test] lane A (site build, nbval or the reader's environments) failed"; exit "$lane_a"; }
+[ "$b_status" -eq 0 ] || { echo "[test] lane B (student notebooks, unit tests or the site's tests) failed"; exit "$b_status"; }
 stamp "all tests passed"

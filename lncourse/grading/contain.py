@@ -96,8 +96,11 @@ def learner_command(hide: list[Path]) -> tuple[list[str], dict[str, str]]:
     hidden = sorted({p.resolve() for p in hide} - {Path("/")})
     for folder in hidden:
         args += ["--tmpfs", str(folder)]
-    for n in needed:        # put back what a hidden folder held that the grader needs
-        if any(n.is_relative_to(f) for f in hidden):
+    # put back what a hidden or private folder held that the learner needs (a checkout or
+    # a virtual environment under /tmp, as in a fresh clone made with mktemp -d)
+    private = [Path("/tmp"), Path("/dev/shm"), Path("/run")]
+    for n in needed:
+        if any(n.is_relative_to(f) for f in [*hidden, *private]):
             args += ["--ro-bind", str(n), str(n)]
     args += ["--tmpfs", str(PACKAGE / "checks"), "--chdir", "/tmp", "--setenv",
              "LNCOURSE_SANDBOX", "bwrap", "--", *python]

@@ -100,8 +100,16 @@ def test_a_deterministic_cell_that_prints_other_numbers_fails(tmp_path):
     assert run_nbval(path, tmp_path).returncode == 0
 
 
+# The chapters whose re-execution is left to `pytest -m slow`: the two longest (103 and
+# 76 s on an idle 2-core machine, measured on a fresh clone), which the test command's
+# 10-minute budget no longer holds beside chapter 5 and the grader's sandbox tests. Their
+# trainers and stored results are still replayed by the unit tests.
+SLOW = {"02_unselectable_keys", "03_majority"}
+
+
 @pytest.mark.notebooks
-@pytest.mark.parametrize("source", CHAPTERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("source", [pytest.param(s, marks=pytest.mark.slow) if s.stem in SLOW
+                                    else s for s in CHAPTERS], ids=lambda p: p.stem)
 def test_deterministic_cells_print_the_same_numbers_again(source, tmp_path):
     nb = tagged(site_notebook(source))
     # nbval starts the kernel in the notebook's folder: put it where the chapter ran
