@@ -147,7 +147,7 @@ def check_fraction_along_ones(fn: Callable[[Tensor], Tensor], *, hidden: bool = 
 
 
 # The known mistakes of every exercise this module checks, by the exercise's function
-# name (tests/test_checks_exercises.py writes an answer for each).
+# name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
     "dyt": _DYT_MISTAKES,
     "chance_abs_cos": _CHANCE_MISTAKES,
