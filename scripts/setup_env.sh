@@ -16,12 +16,33 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
+# uv installs the ~170 pinned wheels in about 10 s where pip takes about 60 s (measured on
+# this 2-core machine, 2026-11-24); it is pinned, installed by pip into the environment, and
+# any failure of it falls back to pip. uv does not read pip.conf, so the local CPU torch is
+# named by its file when it is there.
+UV_VERSION=0.13.9
+uv_install() {
+  [ -x "$VENV/bin/uv" ] || pip_install -q "uv==$UV_VERSION" || return 1
+  local links=(); [ -d /opt/wheels ] && links=(--find-links /opt/wheels)
+  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" "${links[@]}" "$@"
+}
+torch_spec() {
+  local pin wheel
+  pin=$(grep -E '^torch==' requirements-lock.txt)
+  wheel=$(ls /opt/wheels/torch-"${pin#torch==}"+cpu-*.whl 2>/dev/null | head -1 || true)
+  echo "${wheel:-$pin}"
+}
 if [ ! -f "$STAMP" ] || ! cmp -s requirements-lock.txt "$STAMP"; then
   echo "[setup] installing the pinned packages (requirements-lock.txt)"
-  pip_install -q --upgrade pip
   # torch first, alone, so that nothing else can pull a CUDA build.
-  pip_install -q "$(grep -E '^torch==' requirements-lock.txt)"
-  pip_install -q --no-deps -r requirements-lock.txt
+  if uv_install "$(torch_spec)" && uv_install --no-deps -r requirements-lock.txt; then
+    echo "[setup] installed with uv $UV_VERSION"
+  else
+    echo "[setup] uv failed; installing with pip"
+    pip_install -q --upgrade pip
+    pip_install -q "$(grep -E '^torch==' requirements-lock.txt)"
+    pip_install -q --no-deps -r requirements-lock.txt
+  fi
   cp requirements-lock.txt "$STAMP"
 fi
 pip_install -q --no-deps -e . >/dev/null 2>&1 || pip_install --no-deps -e .
