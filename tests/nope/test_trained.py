@@ -1,0 +1,110 @@
+"""The trained NoPE run of chapter 4 (lncourse.nope.trained): its measurements, and the
+guard that recomputes the stored run's numbers from the stored curves and weights."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from lncourse.claims import flatten
+from lncourse.nope import trained
+from lncourse.results import RESULTS_DIR
+
+STORED = RESULTS_DIR / "nope" / "trained_lm.json"
+
+
+def test_slopes_recover_a_power_law():
+    m = np.arange(1, 65, dtype=np.float64)
+    curves = np.stack([3.0 * m ** -1.0, 0.5 * m ** -0.5, np.full_like(m, 2.0)])
+    assert np.allclose(trained.slopes(curves), [-1.0, -0.5, 0.0])
+
+
+def test_summary_is_the_mean_and_t_interval_over_groups():
+    m = np.arange(1, 33, dtype=np.float64)
+    curves = [m ** -s for s in (0.8, 1.0, 1.2)]
+    out = trained.summary({"variance": [curves], "uniformity": [[0.9, 1.0, 0.95]]})[0]
+    assert out["slope"] == pytest.approx(-1.0)
+    half = 4.302653 * 0.2 / np.sqrt(3)            # t(0.975, 2) * sd / sqrt(n)
+    assert out["slope_ci"] == pytest.approx([-1.0 - half, -1.0 + half], rel=1e-5)
+    assert out["uniformity"] == pytest.approx(0.95)
+
+
+def test_profiles_refuse_windows_that_do_not_split():
+    cfg = trained.PRESETS["tiny"]()
+    model = trained.build(cfg, 10)
+    with pytest.raises(ValueError, match="groups"):
+        trained.profiles(model, torch.zeros(1000, dtype=torch.long), cfg, groups=5)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("results")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trained, "RESULTS_DIR", folder)
+        path = trained.main(["--preset", "tiny", "--quiet", "--allow-dirty"])
+    return json.loads(path.read_text()), folder / "nope" / "trained_lm_tiny.pt"
+
+
+def _recompute_group(stored: dict, weights, group: int) -> dict:
+    """The stored run's curves and uniformity of ``group``, before (from the seed) and
+    after training (from the stored weights)."""
+    cfg_dict = {k: v for k, v in stored["config"].items() if k not in ("groups", "vocab_size")}
+    cfg = trained.NoPELMConfig(**cfg_dict)
+    _, _, test_ids = trained._data()
+    model = trained.build(cfg, stored["config"]["vocab_size"])
+    out = {"before": trained.profiles(model, test_ids, cfg, stored["config"]["groups"],
+                                      only_group=group)}
+    model.load_state_dict(torch.load(weights, weights_only=True))
+    out["after"] = trained.profiles(model, test_ids, cfg, stored["config"]["groups"],
+                                    only_group=group)
+    return out
+
+
+def _check(stored: dict, weights, group: int) -> None:
+    again = _recompute_group(stored, weights, group)
+    for stage in ("before", "after"):
+        for layer, curves in enumerate(stored[stage]["variance"]):
+            np.testing.assert_allclose(again[stage]["variance"][layer][group], curves[group],
+                                       rtol=1e-6, err_msg=f"{stage}, layer {layer}")
+            assert again[stage]["uniformity"][layer][group] == pytest.approx(
+                stored[stage]["uniformity"][layer][group], rel=1e-9)
+        assert flatten(trained.summary(stored[stage])) == pytest.approx(
+            flatten(stored[stage]["layers"]), rel=1e-12), stage
+
+
+def test_a_run_stores_what_recomputes_its_numbers(tiny_run):
+    stored, weights = tiny_run
+    assert stored["provenance"]["command"].startswith("python -m lncourse.nope.trained")
+    layers = stored["before"]["layers"]
+    assert len(layers) == 2 and all(l["slope_ci"][0] < l["slope"] < l["slope_ci"][1]
+                                    for l in layers)
+    # at initialisation layer 0 shrinks as 1/m (Theorem 1), and attention is uniform
+    assert layers[0]["slope_ci"][0] < -1.0 < layers[0]["slope_ci"][1] or \
+        abs(layers[0]["slope"] + 1) < 0.1
+    assert layers[0]["uniformity"] > 0.99
+    _check(stored, weights, group=3)
+
+
+def test_an_edited_number_fails_the_check(tiny_run):
+    stored, weights = tiny_run
+    edited = json.loads(json.dumps(stored))
+    edited["after"]["layers"][1]["slope"] += 0.05                      # a reported slope
+    with pytest.raises(AssertionError):
+        _check(edited, weights, group=0)
+    edited = json.loads(json.dumps(stored))
+    edited["after"]["variance"][0][0][5] *= 1.01                      # a stored curve
+    with pytest.raises(AssertionError):
+        _check(edited, weights, group=0)
+
+
+@pytest.mark.skipif(not STORED.exists(), reason="the paper run (python -m "
+                    "lncourse.nope.trained --preset paper) is not stored yet")
+@pytest.mark.parametrize("group", [0, 15])
+def test_stored_run_recomputes(group):
+    """The stored run's reported slopes and uniformities recompute from its curves, and
+    two groups' curves (every layer, before and after) from its weights."""
+    stored = json.loads(STORED.read_text())
+    _check(stored, STORED.parent / stored["weights"], group)
