@@ -2,7 +2,9 @@
 
 The normalisation is a :class:`~lncourse.layernorm.FactorizedLayerNorm`, so the same
 model runs with full LayerNorm, without projection (RMSNorm), without scaling, or with
-none; positional embeddings, the causal mask and Pre-/Post-LN placement are switches.
+none; or DyT (γ·tanh(αx) + β, chapter 5). QK-norm (an RMSNorm with a learned gain on each
+head's queries and keys, chapter 5), positional embeddings, the causal mask and
+Pre-/Post-LN placement are switches.
 Attention is :func:`lncourse.attention.self_attention`, shared with MiniLM.
 Dimension names (as in :mod:`lncourse.attention`): B batch, T positions, d ``d_model``,
 H heads, dh = d / H, V vocabulary.
@@ -19,7 +21,8 @@ from torch import Tensor, nn
 from lncourse.attention import self_attention
 from lncourse.layernorm import FactorizedLayerNorm
 
-__all__ = ["NORMS", "TransformerConfig", "make_norm", "Attention", "Block", "GPT"]
+__all__ = ["NORMS", "TransformerConfig", "DyT", "HeadRMSNorm", "make_norm", "Attention",
+           "Block", "GPT"]
 
 # norm name -> (projection, scaling) of FactorizedLayerNorm; "none" is the identity.
 # One name per norm: LayerNorm without projection *is* RMSNorm (chapter 1).
@@ -28,6 +31,7 @@ NORMS = {
     "no_scaling": (True, False),
     "no_projection": (False, True),
     "none": None,
+    "dyt": "dyt",          # DyT: gamma * tanh(alpha x) + beta, elementwise (no P, no S)
 }
 _OTHER_NAMES = {"rmsnorm": "no_projection", "rms_norm": "no_projection"}
 
@@ -50,6 +54,8 @@ class TransformerConfig:
     init_std: float = 0.02         # every weight ~ N(0, init_std^2), biases 0 (GPT-2 style)
     mlp_ratio: int = 4
     bias: bool = True
+    qk_norm: bool = False          # RMSNorm (learned gain, per head) on queries and keys
+    dyt_alpha: float = 0.5         # DyT's initial alpha (Zhu et al.: 0.5 for LLMs' others)
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
@@ -67,11 +73,40 @@ class TransformerConfig:
             raise ValueError(f"init_std must be positive, got {self.init_std}")
 
 
-def make_norm(name: str, d: int) -> nn.Module:
+class DyT(nn.Module):
+    """Dynamic tanh (Zhu et al. 2025): γ ⊙ tanh(α x) + β, elementwise, one learned α."""
+
+    def __init__(self, d: int, alpha: float = 0.5):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
+        self.weight, self.bias = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.weight * torch.tanh(self.alpha * x) + self.bias
+
+
+class HeadRMSNorm(nn.Module):
+    """QK-norm: each head's dh channels of (..., d) scaled to RMS 1, times a learned gain
+    shared by the heads (dh,): a head's keys then lie on an ellipse, all hull vertices."""
+
+    def __init__(self, n_heads: int, dh: int, eps: float = 1e-6):
+        super().__init__()
+        self.n_heads, self.eps = n_heads, eps
+        self.weight = nn.Parameter(torch.ones(dh))
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.unflatten(-1, (self.n_heads, -1))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return h.flatten(-2)
+
+
+def make_norm(name: str, d: int, dyt_alpha: float = 0.5) -> nn.Module:
     """The norm called ``name`` (a key of :data:`NORMS`) as a module, with affine γ, β."""
     flags = NORMS[name]
     if flags is None:
         return nn.Identity()
+    if flags == "dyt":
+        return DyT(d, dyt_alpha)
     return FactorizedLayerNorm(d, projection=flags[0], scaling=flags[1])
 
 
@@ -86,6 +121,9 @@ class Attention(nn.Module):
         self.W_K = nn.Linear(d, d, bias=cfg.bias)
         self.W_V = nn.Linear(d, d, bias=cfg.bias)
         self.W_O = nn.Linear(d, d, bias=cfg.bias)
+        if cfg.qk_norm:
+            self.q_norm = HeadRMSNorm(cfg.n_heads, d // cfg.n_heads)
+            self.k_norm = HeadRMSNorm(cfg.n_heads, d // cfg.n_heads)
 
     def forward(self, x: Tensor, cache: dict | None = None, prefix: str = "") -> Tensor:
         """Attention output W_O(softmax(q k^T / sqrt(dh) + mask) v): (B, T, d) -> (B, T, d).
@@ -95,7 +133,10 @@ class Attention(nn.Module):
         (B, H, T, T), ``z`` (B, H, T, dh). The output is the same with or without it: the
         cache only adds the written-out scores and weights.
         """
-        parts = self_attention(x, self.W_Q, self.W_K, self.W_V, self.W_O, self.n_heads,
+        W_Q, W_K = self.W_Q, self.W_K
+        if hasattr(self, "k_norm"):     # QK-norm: q and k (so the cache's) normalised
+            W_Q, W_K = (lambda e: self.q_norm(self.W_Q(e))), (lambda e: self.k_norm(self.W_K(e)))
+        parts = self_attention(x, W_Q, W_K, self.W_V, self.W_O, self.n_heads,
                                causal=self.causal, pattern=cache is not None)
         if cache is not None:
             cache.update({f"{prefix}{name}": t for name, t in parts.items()
@@ -128,9 +169,9 @@ class Block(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.placement = cfg.placement
-        self.ln1 = make_norm(cfg.norm_attn or cfg.norm, d)
+        self.ln1 = make_norm(cfg.norm_attn or cfg.norm, d, cfg.dyt_alpha)
         self.attn = Attention(cfg)
-        self.ln2 = make_norm(cfg.norm, d)
+        self.ln2 = make_norm(cfg.norm, d, cfg.dyt_alpha)
         self.mlp = nn.Sequential(nn.Linear(d, cfg.mlp_ratio * d, bias=cfg.bias), nn.GELU(),
                                  nn.Linear(cfg.mlp_ratio * d, d, bias=cfg.bias))
 
@@ -167,7 +208,8 @@ class GPT(nn.Module):
         self.W_pos = nn.Embedding(cfg.block_size, cfg.d_model) if cfg.pos_emb else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         use_final = cfg.final_norm and cfg.placement == "pre"
-        self.ln_final = make_norm(cfg.norm, cfg.d_model) if use_final else nn.Identity()
+        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.dyt_alpha) if use_final \
+            else nn.Identity()
         self.W_U = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.W_U.weight = self.W_E.weight  # tied, as in GPT-2
         self.apply(self._init)

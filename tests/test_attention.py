@@ -96,3 +96,39 @@ def test_gpt_attention_matches_torch_sdpa(causal):
     torch.testing.assert_close(cache["a.z"], z)
     torch.testing.assert_close(cache["a.attn_weights"] @ cache["a.v"], z)
     assert set(cache) == {f"a.{n}" for n in ("q", "k", "v", "attn_scores", "attn_weights", "z")}
+
+
+def test_qk_norm_puts_each_heads_queries_and_keys_on_an_ellipse():
+    """QK-norm (chapter 5): every head's q and k, as attention uses them, have RMS 1 over
+    the head's channels times the learned gain; the output is SDPA of those."""
+    cfg = TransformerConfig(vocab_size=5, d_model=12, n_heads=3, qk_norm=True)
+    attn = Attention(cfg).double()
+    with torch.no_grad():
+        attn.k_norm.weight.copy_(torch.tensor([0.5, 2.0, 1.0, 3.0]))
+    x = torch.randn(2, 6, 12, dtype=torch.float64) * 50
+    cache = {}
+    with torch.no_grad():
+        out = attn(x, cache, "")
+        k_raw = attn.W_K(x).view(2, 6, 3, 4).transpose(1, 2)
+        k_unit = k_raw / k_raw.pow(2).mean(-1, keepdim=True).add(1e-6).sqrt()
+        torch.testing.assert_close(cache["k"], k_unit * attn.k_norm.weight)
+        assert torch.allclose((cache["q"] / attn.q_norm.weight).pow(2).mean(-1),
+                              torch.ones(2, 3, 6, dtype=torch.float64))
+        z = F.scaled_dot_product_attention(cache["q"], cache["k"], cache["v"], is_causal=True)
+        torch.testing.assert_close(out, attn.W_O(z.transpose(1, 2).reshape(2, 6, 12)))
+    plain = Attention(TransformerConfig(vocab_size=5, d_model=12, n_heads=3))
+    assert set(plain.state_dict()) < set(attn.state_dict())        # default: unchanged
+    assert {"q_norm.weight", "k_norm.weight"} == set(attn.state_dict()) - set(plain.state_dict())
+
+
+def test_dyt_is_an_elementwise_tanh_with_neither_projection_nor_sphere():
+    from lncourse.transformer import GPT, DyT
+    model = GPT(TransformerConfig(vocab_size=7, d_model=8, n_heads=2, n_layers=2,
+                                  norm="dyt", dyt_alpha=0.7))
+    norms = [model.blocks[0].ln1, model.blocks[1].ln2, model.ln_final]
+    assert all(isinstance(n, DyT) and float(n.alpha) == pytest.approx(0.7) for n in norms)
+    x = torch.randn(3, 8) * 1e4
+    y = norms[0](x)
+    assert torch.allclose(y, torch.tanh(0.7 * x)) and y.abs().max() <= 1.0   # a box
+    _, _, cache = model(torch.randint(0, 7, (2, 5)), return_cache=True)
+    assert cache["blocks.0.ln1"].abs().max() <= 1.0

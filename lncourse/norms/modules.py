@@ -18,6 +18,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from lncourse.transformer import DyT   # the core model's DyT, so trained models use it too
+
 __all__ = ["RMSNorm", "qk_norm_scores", "DyT", "unit", "NGPTUpdate", "PeriLN"]
 
 
@@ -40,18 +42,6 @@ def qk_norm_scores(q: Tensor, k: Tensor, eps: float = 1e-6) -> Tensor:
     def rms(x: Tensor) -> Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
     return rms(q) @ rms(k).transpose(-1, -2) / math.sqrt(q.shape[-1])
-
-
-class DyT(nn.Module):
-    """Dynamic tanh: γ ⊙ tanh(α x) + β, elementwise; α is one learned scalar."""
-
-    def __init__(self, d: int, alpha: float = 0.5):
-        super().__init__()
-        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
-        self.weight, self.bias = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.weight * torch.tanh(self.alpha * x) + self.bias
 
 
 def unit(x: Tensor, eps: float = 1e-12) -> Tensor:
