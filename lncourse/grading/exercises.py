@@ -32,6 +32,9 @@ class Chapter:
     stem: str       # "01_layernorm_geometry", the source's file name without .md
     title: str
     exercises: tuple[Exercise, ...]
+    # modules the grader's learner process imports once, before it forks a child per
+    # exercise (what the exercises' code imports, and the helpers their checks forbid)
+    preload: tuple[str, ...] = ()
 
     @property
     def number(self) -> int:
@@ -40,11 +43,11 @@ class Chapter:
 
 # (label, title, function, points): the points are the exercise's stars of difficulty in
 # the chapter (a test checks them against book/NN_topic.md)
-def _chapter(stem: str, title: str, *exercises: tuple) -> Chapter:
+def _chapter(stem: str, title: str, *exercises: tuple, preload: tuple[str, ...] = ()) -> Chapter:
     n = int(stem[:2])
     return Chapter(stem, title, tuple(Exercise(label, f"{n}.{k}", t, function, *points)
                                       for k, (label, t, function, *points)
-                                      in enumerate(exercises, 1)))
+                                      in enumerate(exercises, 1)), preload)
 
 
 CHAPTERS: tuple[Chapter, ...] = (
@@ -59,21 +62,25 @@ CHAPTERS: tuple[Chapter, ...] = (
              ("ex-hull-vertices-2d", "Vertices in the plane", "hull_vertices_2d", 2),
              ("ex-unselectable-lp", "The LP that decides", "unselectable_lp", 2),
              ("ex-ellipsoid-query", "A query for every key on an ellipsoid", "ellipsoid_query", 1),
-             ("ex-braid-reflect", "The braid-reflect walk", "braid_reflect", 3)),
+             ("ex-braid-reflect", "The braid-reflect walk", "braid_reflect", 3),
+             preload=("scipy.spatial", "scipy.optimize", "lncourse.selectability.exact",
+                      "lncourse.selectability.experiments")),
     _chapter("03_majority", "Majority: the projection, queries along 1, and a replication",
              ("ex-has-clear-majority", "The margin rule", "has_clear_majority", 1),
              ("ex-uniform-query-weights", "Queries parallel to 1", "uniform_query_weights", 1),
              ("ex-attend-counts", "Attention over a multiset", "attend_counts", 2),
              ("ex-norm-without-projection", "LayerNorm without projection",
               "norm_without_projection", 1),
-             ("ex-query-angle", "The query angle", "query_angle", 1)),
+             ("ex-query-angle", "The query angle", "query_angle", 1),
+             preload=("lncourse.majority.task",)),
     _chapter("04_nope", "NoPE: positions hide in the variance of attention",
              ("ex-running-mean", "Uniform causal attention is a running mean", "running_mean", 1),
              ("ex-sample-covariance", "Lemma 1 numerically", "sample_covariance", 1),
              ("ex-fit-loglog-slope", "Fit the log-log slope", "fit_loglog_slope", 2),
              ("ex-masked-attention", "A causal or a bidirectional mask", "masked_attention", 2),
              ("ex-effective-tokens", "The effective number of attended tokens",
-              "effective_tokens", 2)),
+              "effective_tokens", 2),
+             preload=("lncourse.nope.variance",)),
     _chapter("05_norms", "Today's normalisations through the lenses",
              ("ex-dyt", "Dynamic tanh", "dyt", 1),
              ("ex-chance-abs-cos", "The chance level of cos(h, 1)", "chance_abs_cos", 2),

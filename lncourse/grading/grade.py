@@ -76,6 +76,7 @@ class _Job:
     timeout: float
     memory_mb: int
     hide: tuple[str, ...]          # the class's folders, hidden from the learner
+    preload: tuple[str, ...] = ()  # modules the learner's process imports before its forks
 
 
 MAX_RESULT = 2**20      # bytes: the largest result a checker may send the main grader
@@ -151,7 +152,7 @@ def _checker(job: _Job, fd: int) -> None:
     libc.prctl(36, 1, 0, 0, 0)     # PR_SET_CHILD_SUBREAPER: orphans of the learner come here
     libc.prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE 0: no ptrace, no /proc/<pid>/mem or fd
     torch.set_num_threads(1)       # processes run side by side: one core each
-    learner = Learner([Path(h) for h in job.hide])
+    learner = Learner([Path(h) for h in job.hide], job.preload)
     try:
         for k, (program, exercise) in enumerate(job.programs):
             o = _grade_exercise(program, exercise, job, learner)
@@ -271,7 +272,7 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
             else:
                 programs.append((program, e))
         if programs:
-            jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide))
+            jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide, ch.preload))
             where.append(g)
     for g, job, outcomes in zip(where, jobs, _run(jobs, workers or min(2 * (os.cpu_count() or 1), 4))):
         for (_, e), outcome in zip(job.programs, outcomes):

@@ -162,6 +162,26 @@ def _exercise(rin: int, rout: int, job: dict) -> None:
                         "message": message[:4000]})
 
 
+def _warm_up() -> None:
+    """Pay once, before the forks, what every exercise's child would pay again: the first
+    dispatch mode (``lncourse.guard``'s operator guard) imports ``torch._dynamo`` and sympy,
+    1.2 s of CPU, and the modules the chapter's exercises import (``LNCOURSE_PRELOAD``,
+    set by the checker from ``Chapter.preload``)."""
+    import importlib
+
+    import torch
+
+    from lncourse.guard import forbid
+    with forbid(["aten.native_layer_norm"]):
+        torch.zeros(2).add(1)
+    for name in os.environ.get("LNCOURSE_PRELOAD", "").split(","):
+        if name and not _blocked(name):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 (a missing optional package: the exercise says so)
+                pass
+
+
 def _kill_the_rest(namespace: bool, me: int) -> None:
     """Kill every process of this sandbox but this one (in a PID namespace: kill(-1))."""
     if namespace:
@@ -197,6 +217,7 @@ def main() -> None:
 
     from lncourse.grading.wire import read_frame, send
     torch.set_num_threads(1)
+    _warm_up()
     me = os.getpid()
     send(rout, {"op": "started"})
     while True:

@@ -39,8 +39,8 @@ STARTUP = 300.0                    # seconds a learner's process may take to imp
 class Learner:
     """One submission's learner process (started on first use, restarted after a kill)."""
 
-    def __init__(self, hide: list[Path] = ()):
-        self.hide = list(hide)
+    def __init__(self, hide: list[Path] = (), preload: tuple[str, ...] = ()):
+        self.hide, self.preload = list(hide), tuple(preload)
         self.process: subprocess.Popen | None = None
         self.tmp: str | None = None
         self.fallback = False
@@ -49,6 +49,7 @@ class Learner:
         if self.process is None or self.process.poll() is not None:
             self.kill()
             argv, env = learner_command(self.hide)
+            env["LNCOURSE_PRELOAD"] = ",".join(self.preload)
             fallback = bwrap() is None
             preexec = None
             if fallback:
