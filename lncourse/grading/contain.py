@@ -78,19 +78,22 @@ def guarantees() -> str:
                      "signal your user's processes.")
 
 
-def learner_command(hide: list[Path]) -> tuple[list[str], dict[str, str]]:
+def learner_command(hide: list[Path], module: str = "lncourse.grading.learner",
+                    caps: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
     """The command line starting the learner's process, and its environment.
 
-    ``hide``: folders the learner must not see (the class's submissions)."""
+    ``hide``: folders the learner must not see (the class's submissions); ``module``: the
+    learner, or ``lncourse.grading.template``, which keeps ``caps`` (in bubblewrap's user
+    namespace) to make each learner's namespaces."""
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "LNCOURSE_PROGRESS": "0", "LNCOURSE_NO_WIDGETS": "1",
            "MPLBACKEND": "Agg"}
-    python = [sys.executable, "-I", "-X", "frozen_modules=on", "-m", "lncourse.grading.learner"]
+    python = [sys.executable, "-I", "-X", "frozen_modules=on", "-m", module]
     path = bwrap()
     if path is None:
         return python, {**env, "LNCOURSE_SANDBOX": "fallback"}
-    args = [path, *_namespaces(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+    args = [path, *_namespaces(), *[a for c in caps for a in ("--cap-add", c)], "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/tmp", "--tmpfs", "/dev/shm", "--tmpfs", "/run"]
     needed = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), PACKAGE]
     hidden = sorted({p.resolve() for p in hide} - {Path("/")})
