@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = grade_cli.parser(__doc__, TIMEOUT, MEMORY_MB)
     args = parser.parse_args(argv)
     grade_cli.check(parser, args)
-    print(guarantees())
+    print(guarantees(not args.fresh_learners))
     start = time.monotonic()
     ch, graded = grade(args.submissions, chapter=args.chapter, hidden=args.hidden,
                        timeout=args.timeout, memory_mb=args.memory_mb, workers=args.workers,

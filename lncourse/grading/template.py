@@ -15,7 +15,9 @@ template forks a learner that, before it answers anything:
   own PID namespace: it sees and can signal no process but its own, and when it ends the
   kernel kills every process of that namespace;
 - mounts a fresh ``/proc`` (of its namespace), and private ``/tmp``, ``/dev/shm`` and
-  ``/run``;
+  ``/run``; sets its namespace's ``pid_max`` (Linux 6.14+) to ``PID_MAX``, which bounds
+  its processes even when the grader runs as root (the kernel exempts root from
+  ``RLIMIT_NPROC``, in user namespaces too);
 - enters a user namespace of its own (so that its process limit counts its own
   processes only) and drops every capability (bounding set included; no new privileges);
 - ends when its checker ends: when the checker's end of the request pipe closes
@@ -40,6 +42,7 @@ import time
 from pathlib import Path
 
 CAPS = ("CAP_SYS_ADMIN", "CAP_SETFCAP")    # the template's, in bubblewrap's user namespace
+PID_MAX = 512     # a learner's PID namespace holds fewer processes than this (Linux 6.14+)
 _NEWNS, _NEWCGROUP, _NEWUTS, _NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 _NEWUSER, _NEWPID, _NEWNET = 0x10000000, 0x20000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
@@ -95,6 +98,10 @@ def _learner(rin: int, rout: int) -> None:
     for where in (b"/tmp", b"/dev/shm", b"/run"):
         _check(libc.mount(b"tmpfs", where, b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777"),
                f"mount {where.decode()}", libc)
+    try:   # bounds the processes even for root, whom the kernel exempts from RLIMIT_NPROC
+        _write("/proc/sys/kernel/pid_max", str(PID_MAX))
+    except OSError:
+        pass   # before Linux 6.14 pid_max is the system's (guarantees() says so)
     _check(libc.unshare(_NEWUSER), "unshare user", libc)
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")

@@ -8,7 +8,8 @@ import pytest
 
 from lncourse.grading.contain import bwrap
 from lncourse.grading.sandbox import Learner, Sandbox
-from lncourse.grading.template import Template
+from lncourse.grading.contain import pid_max_per_namespace
+from lncourse.grading.template import PID_MAX, Template
 
 pytestmark = pytest.mark.skipif(bwrap() is None, reason="the template runs in bubblewrap")
 
@@ -26,7 +27,8 @@ def probe(name):
     status = {line.split(":")[0]: line.split()[1] for line in open("/proc/self/status")
               if line.startswith(("CapEff", "CapBnd", "NoNewPrivs"))}
     return {"me": os.getpid(), "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-            "fds": sorted(fds.values()), "tmp": sorted(os.listdir("/tmp")), "status": status}
+            "fds": sorted(fds.values()), "tmp": sorted(os.listdir("/tmp")), "status": status,
+            "pid_max": open("/proc/sys/kernel/pid_max").read().strip()}
 '''
 LOOP = '''
 def probe(name):
@@ -59,6 +61,8 @@ def test_forked_learners_are_contained_each_from_the_others():
             others = [f for f in probe["fds"] if not f.startswith("pipe:")
                       and f != "/dev/null" and not f.startswith("/proc/")]
             assert len(pipes) == 2 and others == [], probe["fds"]   # no descriptor but its own
+            if pid_max_per_namespace():                         # its processes are bounded
+                assert probe["pid_max"] == str(PID_MAX)
         # an exercise that never ends is stopped at its limit, and the learner ends with it
         start = time.monotonic()
         with pytest.raises(AssertionError, match="time limit"):
