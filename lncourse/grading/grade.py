@@ -38,7 +38,7 @@ from lncourse.grading.submission import Program, chapter_of_class, program_for, 
 __all__ = ["Outcome", "Graded", "grade", "write_csv", "write_lms", "feedback", "summary",
            "student_ids", "main"]
 
-TIMEOUT = 60.0        # seconds per exercise
+TIMEOUT = 30.0        # seconds per exercise: a correct answer needs well under one
 MEMORY_MB = 2048      # memory a learner's process may use beyond what it starts with
 MARGIN = 30.0         # seconds the grader allows a check beyond the learner's time limit
 STARTUP = 300.0       # and a learner's process to start (lncourse.grading.sandbox.STARTUP)
