@@ -177,10 +177,14 @@ def _run(jobs: list[_Job], workers: int, template: bool = True) -> list[list[Out
     its results arrive as JSON frames of at most ``MAX_RESULT`` bytes. With ``template``
     (and bubblewrap), every learner is forked from one pre-started template
     (``lncourse.grading.template``); otherwise each starts afresh."""
+    from lncourse.grading.contain import bwrap
     from lncourse.grading.template import Template
 
     started = (Template.start(jobs[0].hide, jobs[0].preload, STARTUP)
                if template and jobs else None)
+    if template and jobs and started is None and bwrap() is not None:
+        print("note: the learners' template did not start; each submission's learner "
+              "starts afresh (slower)", file=sys.stderr)
     try:
         return _run_checkers(jobs, workers, started)
     finally:

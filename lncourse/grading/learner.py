@@ -34,6 +34,7 @@ _BLOCKED = ("lncourse.checks", "lncourse.grading")
 _ALLOWED = ("lncourse.grading", "lncourse.grading.wire", "lncourse.grading.learner")
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 
 
 def _blocked(name: str) -> bool:
@@ -245,6 +246,7 @@ def serve(rin: int, rout: int, namespace: bool) -> None:
     from lncourse.grading.wire import read_frame, send
 
     me = os.getpid()
+    _prctl(_PR_SET_DUMPABLE, 0)   # the exercises' code cannot ptrace this process or read its memory
     send(rout, {"op": "started"})
     while True:
         try:
@@ -256,6 +258,7 @@ def serve(rin: int, rout: int, namespace: bool) -> None:
         pid = os.fork()
         if pid == 0:
             code = 0
+            _prctl(_PR_SET_DUMPABLE, 1)   # its own /proc/self stays its own to read
             try:
                 os.chdir(header.get("tmp") or "/tmp")
                 _exercise(rin, rout, header)

@@ -24,11 +24,16 @@ def probe(name):
             fds[fd] = os.readlink("/proc/self/fd/" + fd)
         except OSError:
             pass
+    try:
+        with open("/proc/1/environ", "rb") as f:    # the learner's own supervisor
+            supervisor = "readable" if f.read() is not None else ""
+    except OSError:
+        supervisor = "denied"
     status = {line.split(":")[0]: line.split()[1] for line in open("/proc/self/status")
               if line.startswith(("CapEff", "CapBnd", "NoNewPrivs"))}
     return {"me": os.getpid(), "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
             "fds": sorted(fds.values()), "tmp": sorted(os.listdir("/tmp")), "status": status,
-            "pid_max": open("/proc/sys/kernel/pid_max").read().strip()}
+            "pid_max": open("/proc/sys/kernel/pid_max").read().strip(), "supervisor": supervisor}
 '''
 LOOP = '''
 def probe(name):
@@ -55,6 +60,7 @@ def test_forked_learners_are_contained_each_from_the_others():
         for name, probe in seen.items():
             assert probe["tmp"] == [name]                       # a private /tmp each
             assert set(probe["pids"]) <= {1, probe["me"]}       # its own PID namespace
+            assert probe["supervisor"] == "denied"              # PID 1 cannot be ptraced
             assert probe["status"] == {"CapEff": "0" * 16, "CapBnd": "0" * 16,
                                        "NoNewPrivs": "1"}
             pipes = [f for f in probe["fds"] if f.startswith("pipe:")]
