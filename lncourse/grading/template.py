@@ -50,7 +50,7 @@ _STARTED = b'{"op": "started"}'
 
 
 # ------------------------------------------------------------- in the template's process
-def _check(result: int, what: str, libc) -> None:
+def _check(result: int, what: str) -> None:
     if result != 0:
         raise OSError(ctypes.get_errno(), what)
 
@@ -73,8 +73,8 @@ def _drop_capabilities(libc) -> None:
 
     for cap in range(64):
         libc.prctl(24, cap, 0, 0, 0)                                  # PR_CAPBSET_DROP
-    _check(libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset", libc)
-    _check(libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS", libc)
+    _check(libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")
+    _check(libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
 def _learner(rin: int, rout: int) -> None:
@@ -88,21 +88,21 @@ def _learner(rin: int, rout: int) -> None:
     os.closerange(high + 1, 1 << 16)
     uid, gid = os.getuid(), os.getgid()
     if libc.unshare(_NEWNS | _NEWPID | _NEWNET | _NEWIPC | _NEWUTS | _NEWCGROUP) != 0:
-        _check(libc.unshare(_NEWNS | _NEWPID | _NEWNET | _NEWIPC | _NEWUTS), "unshare", libc)
-    _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate", libc)
+        _check(libc.unshare(_NEWNS | _NEWPID | _NEWNET | _NEWIPC | _NEWUTS), "unshare")
+    _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate")
     if os.fork() != 0:
         os._exit(0)                    # the template reaps this one; the next is PID 1
     os.setsid()
     flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
-    _check(libc.mount(b"proc", b"/proc", b"proc", flags, None), "mount /proc", libc)
+    _check(libc.mount(b"proc", b"/proc", b"proc", flags, None), "mount /proc")
     for where in (b"/tmp", b"/dev/shm", b"/run"):
         _check(libc.mount(b"tmpfs", where, b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777"),
-               f"mount {where.decode()}", libc)
+               f"mount {where.decode()}")
     try:   # bounds the processes even for root, whom the kernel exempts from RLIMIT_NPROC
         _write("/proc/sys/kernel/pid_max", str(PID_MAX))
     except OSError:
         pass   # before Linux 6.14 pid_max is the system's (guarantees() says so)
-    _check(libc.unshare(_NEWUSER), "unshare user", libc)
+    _check(libc.unshare(_NEWUSER), "unshare user")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
