@@ -46,6 +46,7 @@ PID_MAX = 512     # a learner's PID namespace holds fewer processes than this (L
 _NEWNS, _NEWCGROUP, _NEWUTS, _NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 _NEWUSER, _NEWPID, _NEWNET = 0x10000000, 0x20000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND = 1, 32, 4096
 _STARTED = b'{"op": "started"}'
 
 
@@ -95,9 +96,18 @@ def _learner(rin: int, rout: int) -> None:
     os.setsid()
     flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
     _check(libc.mount(b"proc", b"/proc", b"proc", flags, None), "mount /proc")
-    for where in (b"/tmp", b"/dev/shm", b"/run"):
-        _check(libc.mount(b"tmpfs", where, b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=1777"),
-               f"mount {where.decode()}")
+    private = ("/tmp", "/dev/shm", "/run")
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in _needed(private)]
+    for where in private:
+        _check(libc.mount(b"tmpfs", where.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                          b"mode=1777"), f"mount {where}")
+    for path, fd in kept:     # put back, read-only, what the learner needs from under them
+        os.makedirs(path, exist_ok=True)
+        _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None,
+                          _MS_BIND | _MS_REC, None), f"bind {path}")
+        _check(libc.mount(None, path.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY
+                          | _MS_NOSUID | _MS_NODEV, None), f"read-only {path}")
+        os.close(fd)
     try:   # bounds the processes even for root, whom the kernel exempts from RLIMIT_NPROC
         _write("/proc/sys/kernel/pid_max", str(PID_MAX))
     except OSError:
@@ -109,6 +119,17 @@ def _learner(rin: int, rout: int) -> None:
     _drop_capabilities(libc)
     os.chdir("/tmp")
     learner.serve(rin, rout, namespace=True)
+
+
+def _needed(private: tuple[str, ...]) -> list[str]:
+    """Python, its packages and lncourse where they lie under a folder that each learner
+    gets empty (a checkout or a virtual environment under /tmp, as in a fresh clone made
+    with mktemp -d; ``contain.learner_command`` puts them back for the template)."""
+    import sys
+
+    package = Path(__file__).resolve().parent.parent
+    needed = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, package)}
+    return sorted(p for p in needed if any(Path(p).is_relative_to(f) for f in private))
 
 
 def _reap() -> None:
