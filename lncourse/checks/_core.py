@@ -27,7 +27,7 @@ Case = tuple[tuple, dict]
 Mistake = tuple[str, Callable[..., Any]]            # (message, the wrong answer)
 Judge = Callable[[Any, tuple, dict, torch.dtype], Verdict]  # (answer, args, kwargs, precision)
 
-SECONDS = 60.0   # time limit for all calls of one check together (as the grader's default)
+SECONDS = 60.0   # time limit for all calls of one check together in a notebook (the grader sets its own, --timeout)
 
 
 def generator(seed: int) -> torch.Generator:

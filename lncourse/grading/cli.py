@@ -65,6 +65,9 @@ def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
                                         "file name, is the student ID")
     p.add_argument("--no-merge", action="store_true",
                    help="overwrite the sheet instead of merging a regrade into it")
+    p.add_argument("--fresh-learners", action="store_true",
+                   help="start each submission's learner process afresh instead of forking "
+                        "it from a pre-started template (slower; for comparison)")
     return p
 
 

@@ -51,19 +51,46 @@ def _namespaces() -> list[str]:
             "--cap-drop", "ALL"]
 
 
-def guarantees() -> str:
+def pid_max_per_namespace() -> bool:
+    """Linux 6.14+: ``/proc/sys/kernel/pid_max`` is per PID namespace, so the template's
+    learners can bound their own processes (``lncourse.grading.template.PID_MAX``)."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (6, 14)
+
+
+def _processes(template: bool) -> str:
+    """What bounds a submission's processes, in words."""
+    if template and bwrap() and pid_max_per_namespace():
+        return "Processes: fewer than 512 per submission (its PID namespace's pid_max). "
+    if os.geteuid() == 0:
+        return ("Does NOT hold: a bound on a submission's processes (the grader runs as root, "
+                "and the kernel exempts root from RLIMIT_NPROC, in user namespaces too; run it "
+                "as an ordinary user" + (")" if not bwrap() else ", or on Linux 6.14+ "
+                                         "without --fresh-learners)") + ". ")
+    return ("Processes: RLIMIT_NPROC of 256" + (" per submission. " if bwrap() else
+            ", counted over all your user's processes. "))
+
+
+def guarantees(template: bool = True) -> str:
     """What holds for the learner's processes on this system, in plain words."""
     if bwrap():
-        return ("containment: bubblewrap. Each submission runs in its own PID and network "
+        return ("containment: bubblewrap" + (", learners forked from a template" if template
+                                             else ", a fresh learner per submission")
+                + ". Each submission runs in its own PID, network, mount, IPC and user "
                 "namespaces with a read-only view of the system (the class's folders and the "
-                "checks hidden), a private /tmp, and dies with its checker.")
+                "checks hidden), a private /tmp, no capabilities, rlimits on memory, file size "
+                "and CPU time, and dies with its checker. " + _processes(template)).strip()
     from lncourse.grading.landlock import abi
 
     version = abi()
     common = ("containment: FALLBACK (bubblewrap is not available; install the Debian package "
               "`bubblewrap` for full containment). Holds: no descriptor of the grader's, no "
-              "process outlives its exercise (subreaper + kill), rlimits on memory, processes, "
-              "file size and CPU time, checks not importable, a private working folder. ")
+              "process outlives its exercise (subreaper + kill), rlimits on memory, file size "
+              "and CPU time, checks not importable, a private working folder. "
+              + _processes(template))
     if version >= 6:
         return common + (f"Landlock (ABI {version}): reads only the system, Python and "
                          "lncourse (not the checks, not the class), writes only its folder, "
@@ -78,19 +105,22 @@ def guarantees() -> str:
                      "signal your user's processes.")
 
 
-def learner_command(hide: list[Path]) -> tuple[list[str], dict[str, str]]:
+def learner_command(hide: list[Path], module: str = "lncourse.grading.learner",
+                    caps: tuple[str, ...] = ()) -> tuple[list[str], dict[str, str]]:
     """The command line starting the learner's process, and its environment.
 
-    ``hide``: folders the learner must not see (the class's submissions)."""
+    ``hide``: folders the learner must not see (the class's submissions); ``module``: the
+    learner, or ``lncourse.grading.template``, which keeps ``caps`` (in bubblewrap's user
+    namespace) to make each learner's namespaces."""
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
            "MKL_NUM_THREADS": "1", "LNCOURSE_PROGRESS": "0", "LNCOURSE_NO_WIDGETS": "1",
            "MPLBACKEND": "Agg"}
-    python = [sys.executable, "-I", "-X", "frozen_modules=on", "-m", "lncourse.grading.learner"]
+    python = [sys.executable, "-I", "-X", "frozen_modules=on", "-m", module]
     path = bwrap()
     if path is None:
         return python, {**env, "LNCOURSE_SANDBOX": "fallback"}
-    args = [path, *_namespaces(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+    args = [path, *_namespaces(), *[a for c in caps for a in ("--cap-add", c)], "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             "--tmpfs", "/tmp", "--tmpfs", "/dev/shm", "--tmpfs", "/run"]
     needed = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), PACKAGE]
     hidden = sorted({p.resolve() for p in hide} - {Path("/")})

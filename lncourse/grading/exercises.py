@@ -8,7 +8,7 @@ step with the chapter sources (``book/NN_topic.md``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["Exercise", "Chapter", "CHAPTERS", "chapter"]
 
@@ -32,6 +32,10 @@ class Chapter:
     stem: str       # "01_layernorm_geometry", the source's file name without .md
     title: str
     exercises: tuple[Exercise, ...]
+    # modules the grader's learner process imports once, before it forks a child per
+    # exercise (what the exercises' code imports, and the helpers their checks forbid);
+    # not part of the table the sources define (``tests/book/test_editions.py``)
+    preload: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def number(self) -> int:
@@ -40,11 +44,11 @@ class Chapter:
 
 # (label, title, function, points): the points are the exercise's stars of difficulty in
 # the chapter (a test checks them against book/NN_topic.md)
-def _chapter(stem: str, title: str, *exercises: tuple) -> Chapter:
+def _chapter(stem: str, title: str, *exercises: tuple, preload: tuple[str, ...] = ()) -> Chapter:
     n = int(stem[:2])
     return Chapter(stem, title, tuple(Exercise(label, f"{n}.{k}", t, function, *points)
                                       for k, (label, t, function, *points)
-                                      in enumerate(exercises, 1)))
+                                      in enumerate(exercises, 1)), preload)
 
 
 CHAPTERS: tuple[Chapter, ...] = (
@@ -57,23 +61,27 @@ CHAPTERS: tuple[Chapter, ...] = (
              ("ex-layer-norm-jacobian", "The Jacobian of LayerNorm", "layer_norm_jacobian", 2)),
     _chapter("02_unselectable_keys", "Unselectable keys: what LayerNorm's scaling buys attention",
              ("ex-hull-vertices-2d", "Vertices in the plane", "hull_vertices_2d", 2),
-             ("ex-unselectable-lp", "The LP that decides", "unselectable_lp", 2),
+             ("ex-unselectable-lp", "The LP that decides", "unselectable_lp", 1),
              ("ex-ellipsoid-query", "A query for every key on an ellipsoid", "ellipsoid_query", 1),
-             ("ex-braid-reflect", "The braid-reflect walk", "braid_reflect", 3)),
+             ("ex-braid-reflect", "The braid-reflect walk", "braid_reflect", 2),
+             preload=("scipy.spatial", "scipy.optimize", "lncourse.selectability.exact",
+                      "lncourse.selectability.experiments")),
     _chapter("03_majority", "Majority: the projection, queries along 1, and a replication",
              ("ex-has-clear-majority", "The margin rule", "has_clear_majority", 1),
              ("ex-uniform-query-weights", "Queries parallel to 1", "uniform_query_weights", 1),
              ("ex-attend-counts", "Attention over a multiset", "attend_counts", 2),
              ("ex-norm-without-projection", "LayerNorm without projection",
               "norm_without_projection", 1),
-             ("ex-query-angle", "The query angle", "query_angle", 1)),
+             ("ex-query-angle", "The query angle", "query_angle", 1),
+             preload=("lncourse.majority.task",)),
     _chapter("04_nope", "NoPE: positions hide in the variance of attention",
              ("ex-running-mean", "Uniform causal attention is a running mean", "running_mean", 1),
              ("ex-sample-covariance", "Lemma 1 numerically", "sample_covariance", 1),
-             ("ex-fit-loglog-slope", "Fit the log-log slope", "fit_loglog_slope", 2),
-             ("ex-masked-attention", "A causal or a bidirectional mask", "masked_attention", 2),
+             ("ex-fit-loglog-slope", "Fit the log-log slope", "fit_loglog_slope", 1),
+             ("ex-masked-attention", "A causal or a bidirectional mask", "masked_attention", 1),
              ("ex-effective-tokens", "The effective number of attended tokens",
-              "effective_tokens", 2)),
+              "effective_tokens", 2),
+             preload=("lncourse.nope.variance",)),
     _chapter("05_norms", "Today's normalisations through the lenses",
              ("ex-dyt", "Dynamic tanh", "dyt", 1),
              ("ex-chance-abs-cos", "The chance level of cos(h, 1)", "chance_abs_cos", 2),

@@ -38,7 +38,7 @@ from lncourse.grading.submission import Program, chapter_of_class, program_for, 
 __all__ = ["Outcome", "Graded", "grade", "write_csv", "write_lms", "feedback", "summary",
            "student_ids", "main"]
 
-TIMEOUT = 60.0        # seconds per exercise
+TIMEOUT = 30.0        # seconds per exercise: a correct answer needs well under one
 MEMORY_MB = 2048      # memory a learner's process may use beyond what it starts with
 MARGIN = 30.0         # seconds the grader allows a check beyond the learner's time limit
 STARTUP = 300.0       # and a learner's process to start (lncourse.grading.sandbox.STARTUP)
@@ -76,6 +76,7 @@ class _Job:
     timeout: float
     memory_mb: int
     hide: tuple[str, ...]          # the class's folders, hidden from the learner
+    preload: tuple[str, ...] = ()  # modules the learner's process imports before its forks
 
 
 MAX_RESULT = 2**20      # bytes: the largest result a checker may send the main grader
@@ -136,7 +137,7 @@ def _grade_exercise(program: Program, exercise: Exercise, job: _Job, learner) ->
     return outcome
 
 
-def _checker(job: _Job, fd: int) -> None:
+def _checker(job: _Job, fd: int, template=None) -> None:
     """The process that grades one submission: one JSON frame per exercise to ``fd``."""
     import ctypes
 
@@ -151,7 +152,7 @@ def _checker(job: _Job, fd: int) -> None:
     libc.prctl(36, 1, 0, 0, 0)     # PR_SET_CHILD_SUBREAPER: orphans of the learner come here
     libc.prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE 0: no ptrace, no /proc/<pid>/mem or fd
     torch.set_num_threads(1)       # processes run side by side: one core each
-    learner = Learner([Path(h) for h in job.hide])
+    learner = Learner([Path(h) for h in job.hide], job.preload, template)
     try:
         for k, (program, exercise) in enumerate(job.programs):
             o = _grade_exercise(program, exercise, job, learner)
@@ -170,10 +171,28 @@ def _outcome(header: dict) -> Outcome:
     return Outcome(header["passed"], header["message"], notes)
 
 
-def _run(jobs: list[_Job], workers: int) -> list[list[Outcome]]:
+def _run(jobs: list[_Job], workers: int, template: bool = True) -> list[list[Outcome]]:
     """Grade every job (a submission's exercises) in a checker of its own, ``workers`` at a
     time. A checker is a fork of this process (which holds nothing a learner could reach);
-    its results arrive as JSON frames of at most ``MAX_RESULT`` bytes."""
+    its results arrive as JSON frames of at most ``MAX_RESULT`` bytes. With ``template``
+    (and bubblewrap), every learner is forked from one pre-started template
+    (``lncourse.grading.template``); otherwise each starts afresh."""
+    from lncourse.grading.contain import bwrap
+    from lncourse.grading.template import Template
+
+    started = (Template.start(jobs[0].hide, jobs[0].preload, STARTUP)
+               if template and jobs else None)
+    if template and jobs and started is None and bwrap() is not None:
+        print("note: the learners' template did not start; each submission's learner "
+              "starts afresh (slower)", file=sys.stderr)
+    try:
+        return _run_checkers(jobs, workers, started)
+    finally:
+        if started is not None:
+            started.close()
+
+
+def _run_checkers(jobs: list[_Job], workers: int, template) -> list[list[Outcome]]:
     import multiprocessing
 
     from lncourse.grading.contain import kill_descendants
@@ -189,7 +208,7 @@ def _run(jobs: list[_Job], workers: int) -> list[list[Outcome]]:
         while pending and len(running) < workers:
             i, job = pending.pop(0)
             receive, send = os.pipe()
-            process = context.Process(target=_checker, args=(job, send))
+            process = context.Process(target=_checker, args=(job, send, template))
             process.start()
             os.close(send)
             running[i] = [process, receive, time.monotonic() + job.timeout + MARGIN + STARTUP]
@@ -233,12 +252,14 @@ def _run(jobs: list[_Job], workers: int) -> list[list[Outcome]]:
 def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: bool = False,
           timeout: float = TIMEOUT, memory_mb: int = MEMORY_MB,
           workers: int | None = None, roster: dict[str, str] | None = None,
-          id_pattern: str | None = None) -> tuple[Chapter, list[Graded]]:
+          id_pattern: str | None = None, template: bool = True) -> tuple[Chapter, list[Graded]]:
     """Grade the submissions; returns the class's chapter and one ``Graded`` each.
 
     The student ID of a submission: the roster's entry for its file name, else the
     notebook's ``metadata.lncourse.student_id``, else the first group of ``id_pattern``
-    matched in the file name, else the file name without ``.ipynb``."""
+    matched in the file name, else the file name without ``.ipynb``. ``template=False``
+    starts every learner's process afresh instead of forking it from a template (the
+    grader's path before the template; ``benchmarks/grading_speed.py`` compares them)."""
     import math
     if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a finite number of seconds > 0, not {timeout!r}")
@@ -271,9 +292,9 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
             else:
                 programs.append((program, e))
         if programs:
-            jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide))
+            jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide, ch.preload))
             where.append(g)
-    for g, job, outcomes in zip(where, jobs, _run(jobs, workers or min(2 * (os.cpu_count() or 1), 4))):
+    for g, job, outcomes in zip(where, jobs, _run(jobs, workers or min(2 * (os.cpu_count() or 1), 4), template)):
         for (_, e), outcome in zip(job.programs, outcomes):
             g.outcomes[e.label] = outcome
     for g in graded:   # keep the chapter's order
@@ -288,12 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = grade_cli.parser(__doc__, TIMEOUT, MEMORY_MB)
     args = parser.parse_args(argv)
     grade_cli.check(parser, args)
-    print(guarantees())
+    print(guarantees(not args.fresh_learners))
     start = time.monotonic()
     ch, graded = grade(args.submissions, chapter=args.chapter, hidden=args.hidden,
                        timeout=args.timeout, memory_mb=args.memory_mb, workers=args.workers,
                        roster=grade_cli.read_roster(args.roster) if args.roster else None,
-                       id_pattern=args.id_pattern)
+                       id_pattern=args.id_pattern, template=not args.fresh_learners)
     grade_cli.write_outputs(ch, graded, args)
     print(summary(ch, graded, time.monotonic() - start, args.hidden))
     return 0

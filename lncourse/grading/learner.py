@@ -7,7 +7,7 @@ point at /dev/null), and nothing of the checker's memory. ``lncourse.checks`` ca
 imported here (the references and the hidden inputs stay in the checker's process; under
 bubblewrap their folder is not even visible).
 
-It imports PyTorch once, then, for each exercise of the submission, forks a child that
+It imports PyTorch once (or is forked, ready, from ``lncourse.grading.template``), then, for each exercise of the submission, forks a child that
 runs the statements the exercise's function needs and answers the checker's calls as
 plain data (``lncourse.grading.wire``). When the exercise ends, every other process of
 the sandbox is killed before the next one starts.
@@ -20,16 +20,21 @@ import importlib.abc
 import inspect
 import os
 import resource
+import select
 import signal
 import sys
 import traceback
 from typing import Any
+
+# imported before the checks and the grader are blocked (``prepare``): the fallback's kill
+from lncourse.grading.contain import kill_descendants
 
 _BLOCKED = ("lncourse.checks", "lncourse.grading")
 # what the learner's process needs of grading (the package, its wire and itself)
 _ALLOWED = ("lncourse.grading", "lncourse.grading.wire", "lncourse.grading.learner")
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 
 
 def _blocked(name: str) -> bool:
@@ -162,6 +167,26 @@ def _exercise(rin: int, rout: int, job: dict) -> None:
                         "message": message[:4000]})
 
 
+def _warm_up() -> None:
+    """Pay once, before the forks, what every exercise's child would pay again: the first
+    dispatch mode (``lncourse.guard``'s operator guard) imports ``torch._dynamo`` and sympy,
+    1.2 s of CPU, and the modules the chapter's exercises import (``LNCOURSE_PRELOAD``,
+    set by the checker from ``Chapter.preload``)."""
+    import importlib
+
+    import torch
+
+    from lncourse.guard import forbid
+    with forbid(["aten.native_layer_norm"]):
+        torch.zeros(2).add(1)
+    for name in os.environ.get("LNCOURSE_PRELOAD", "").split(","):
+        if name and not _blocked(name):
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 (a missing optional package: the exercise says so)
+                pass
+
+
 def _kill_the_rest(namespace: bool, me: int) -> None:
     """Kill every process of this sandbox but this one (in a PID namespace: kill(-1))."""
     if namespace:
@@ -170,7 +195,6 @@ def _kill_the_rest(namespace: bool, me: int) -> None:
         except ProcessLookupError:
             pass
     else:   # the fallback: our descendants, found through /proc (we are their subreaper)
-        from lncourse.grading.contain import kill_descendants
         kill_descendants(me)
     while True:
         try:
@@ -179,25 +203,50 @@ def _kill_the_rest(namespace: bool, me: int) -> None:
             return
 
 
-def main() -> None:
-    rin, rout = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.close(devnull)
+def prepare() -> None:
+    """Once per learner process, before any exercise: the checks blocked, a quiet
+    environment, PyTorch imported and warmed up (``lncourse.grading.template`` does this
+    once for a whole class, then forks a learner per submission)."""
     sys.meta_path.insert(0, _NoChecks())
     for name in [m for m in sys.modules if _blocked(m)]:
         del sys.modules[name]
     os.environ.update(LNCOURSE_PROGRESS="0", LNCOURSE_NO_WIDGETS="1", OMP_NUM_THREADS="1")
-    namespace = os.environ.get("LNCOURSE_SANDBOX") == "bwrap"
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     import numpy  # noqa: F401  (imported once, before the forks)
     import torch
 
-    from lncourse.grading.wire import read_frame, send
     torch.set_num_threads(1)
+    _warm_up()
+
+
+def _wait_exercise(pid: int, rin: int) -> int | None:
+    """The exercise child's exit status, or None if the checker went away first (its end
+    of the request pipe closed): then the learner's process ends too, and with it its
+    sandbox (by bubblewrap's or the template's PID namespace)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return os.waitpid(pid, 0)[1]
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.register(rin, 0)              # POLLHUP: no writer left
+    try:
+        while True:
+            for f, events in poller.poll():
+                if f == fd:
+                    return os.waitpid(pid, 0)[1]
+                if events & (select.POLLHUP | select.POLLERR):
+                    return None
+    finally:
+        os.close(fd)
+
+
+def serve(rin: int, rout: int, namespace: bool) -> None:
+    """Answer the checker: for each "run", fork a child for the exercise and, once it is
+    over, kill every other process of the sandbox."""
+    from lncourse.grading.wire import read_frame, send
+
     me = os.getpid()
+    _prctl(_PR_SET_DUMPABLE, 0)   # the exercises' code cannot ptrace this process or read its memory
     send(rout, {"op": "started"})
     while True:
         try:
@@ -209,15 +258,30 @@ def main() -> None:
         pid = os.fork()
         if pid == 0:
             code = 0
+            _prctl(_PR_SET_DUMPABLE, 1)   # its own /proc/self stays its own to read
             try:
                 os.chdir(header.get("tmp") or "/tmp")
                 _exercise(rin, rout, header)
             except BaseException:  # noqa: BLE001
                 code = 1
             os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        status = _wait_exercise(pid, rin)
         _kill_the_rest(namespace, me)
+        if status is None:
+            return
         send(rout, {"op": "exited", "status": os.waitstatus_to_exitcode(status)})
+
+
+def main() -> None:
+    rin, rout = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    prepare()
+    serve(rin, rout, os.environ.get("LNCOURSE_SANDBOX") == "bwrap")
 
 
 if __name__ == "__main__":

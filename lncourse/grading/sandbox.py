@@ -39,8 +39,9 @@ STARTUP = 300.0                    # seconds a learner's process may take to imp
 class Learner:
     """One submission's learner process (started on first use, restarted after a kill)."""
 
-    def __init__(self, hide: list[Path] = ()):
-        self.hide = list(hide)
+    def __init__(self, hide: list[Path] = (), preload: tuple[str, ...] = (), template=None):
+        self.hide, self.preload = list(hide), tuple(preload)
+        self.template = template     # a running lncourse.grading.template.Template, or None
         self.process: subprocess.Popen | None = None
         self.tmp: str | None = None
         self.fallback = False
@@ -48,7 +49,12 @@ class Learner:
     def ensure(self) -> subprocess.Popen:
         if self.process is None or self.process.poll() is not None:
             self.kill()
+            if self.template is not None:     # forked, ready, from the class's template
+                self.process, self.fallback = self.template.fork(), False
+                self._started()
+                return self.process
             argv, env = learner_command(self.hide)
+            env["LNCOURSE_PRELOAD"] = ",".join(self.preload)
             fallback = bwrap() is None
             preexec = None
             if fallback:

@@ -18,7 +18,7 @@ from lncourse.grading.exercises import CHAPTERS, chapter as find_chapter
 from lncourse.grading.grade import feedback, grade, write_csv
 from lncourse.grading.submission import program_for, read_submission
 
-TIMEOUT = 60.0     # seconds per exercise (the default): ample for every check here
+TIMEOUT = 60.0     # seconds per exercise: ample for every check here
 LOOP_TIMEOUT = 5.0  # for the notebook with an infinite loop
 BOOK = read_book(ROOT)
 
