@@ -97,14 +97,15 @@ def create(path: Path, packages: list[str] = (), requirements: Path | None = Non
     return python
 
 
-def overlay(path: Path, base: Path, requirements: Path) -> Path:
-    """The newest allowed set of ``requirements`` at the cost of what changed since the lock.
+def overlay(path: Path, base: Path, versions: dict[str, str]) -> Path:
+    """The environment holding exactly ``versions`` (name to version, as pip resolved a
+    reader's requirements) at the cost of what differs from the lock.
 
     A bare venv at ``path`` whose site-packages reads the project's (``base``, a python)
     after its own, as a site directory (so the project's .pth files, the editable lncourse
-    among them, apply). pip then upgrades every requirement to the newest allowed version
-    (torch pinned): what the lock already holds at that version is left where it is, and
-    only newer versions are installed, into the overlay, where they shadow the lock's.
+    among them, apply). pip then installs each resolved version, without resolving again:
+    what the lock already holds at that version is left where it is, and only the others
+    are installed, into the overlay, where they shadow the lock's.
     """
     shutil.rmtree(path, ignore_errors=True)
     run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", str(path)])
@@ -113,8 +114,8 @@ def overlay(path: Path, base: Path, requirements: Path) -> Path:
     lower = run([str(base), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
     (Path(site.stdout.strip()) / "_project_venv.pth").write_text(
         f"import site; site.addsitedir({lower.stdout.strip()!r})\n")
-    pip(python, "--upgrade", "--upgrade-strategy", "eager", "-r", str(requirements),
-        "-c", str(_torch_pin(path)))
+    pins = [f"{name}=={version}" for name, version in sorted(versions.items())]
+    pip(python, "--no-deps", *pins)
     return python
 
 

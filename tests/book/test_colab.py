@@ -141,8 +141,7 @@ def test_requirements_resolve_to_newest(tmp_path):
     assert versions["torch"].startswith("2.13.0"), versions["torch"]
     assert IMPORTED <= set(versions), IMPORTED - set(versions)
 
-    python = venvs.overlay(tmp_path / "newest", ROOT / ".venv" / "bin" / "python",
-                           ROOT / "requirements.txt")
+    python = venvs.overlay(tmp_path / "newest", ROOT / ".venv" / "bin" / "python", versions)
     seen = json.loads(venvs.run([str(python), "-c", (
         "import importlib.metadata as m, json, sys\n"
         "print(json.dumps({n: m.version(n) for n in json.loads(sys.argv[1])}))"),
