@@ -27,7 +27,7 @@ import torch
 
 __all__ = ["DirtyTreeError", "RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
            "load_result", "describe", "run_arguments", "command_line", "store_run",
-           "RENAMED", "today_command"]
+           "RENAMED", "today_command", "encode_state", "decode_state"]
 
 
 
@@ -284,3 +284,20 @@ def describe(result: dict) -> str:
         done = f"; INCOMPLETE: the first {result['step'][-1]:,} of {steps:,} steps"
     return (f"stored result: `{p['command']}`, commit {p['git_commit'][:10]}, "
             f"{p['device']}, torch {p['torch']}, {took}{done}")
+
+
+def encode_state(state: dict) -> dict:
+    """A state_dict as JSON: {name: {"shape", "float32": base64 of little-endian bytes}}."""
+    import base64
+    return {k: {"shape": list(v.shape), "float32": base64.b64encode(
+        v.detach().cpu().float().contiguous().numpy().astype("<f4").tobytes()).decode()}
+        for k, v in state.items()}
+
+
+def decode_state(encoded: dict) -> dict:
+    """The inverse of :func:`encode_state`: {name: float32 tensor}."""
+    import base64
+
+    import numpy as np
+    return {k: torch.from_numpy(np.frombuffer(base64.b64decode(v["float32"]), dtype="<f4")
+                                .copy()).reshape(v["shape"]) for k, v in encoded.items()}
