@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # Run every test: unit tests, exercise checks, the website build (which executes every
-# chapter), the student notebooks in full mode scaled down, nbval's re-execution of every
-# chapter, and a headless-browser check of every page.
+# chapter), the student notebooks in full mode scaled down, nbval's re-execution of
+# chapters 1, 4 and 5, the reader's environments, and a headless-browser check of every
+# page.
 #
 # Two lanes of one thread each keep both cores busy (measured in issue 11: one chapter
-# alone on two threads is faster, but two one-thread lanes finish the whole run sooner):
-#   lane A: the site build (fast mode), then nbval re-executes chapters 1, 4 and 5 (2 and 3
-#           are `slow`: tests/book/test_nbval.py) and compares the cells they tag
-#           `deterministic` with the site's outputs, then the reader's environments
-#           (tests/book/test_colab.py, which needs the package index);
-#   lane B: every student notebook with FULL = True, SCALE = 0.01 (the stubs raise, full
-#           mode's code paths run), the unit tests, then what needs the built site: the
-#           solution editions against the executed chapters, every page in Chromium, and
-#           a chapter run beside CPU hogs (tests/book/test_build_watch.py).
-# Measured on a fresh clone of the merge of issues 16-22 (2 cores, idle), with nbval of every
-# chapter: set-up 67 s, lane A 297 s of build + 195 s of nbval; lane B 215 s of student
-# notebooks + about 330 s of unit tests; over 700 s in all, hence the split above.
+# alone on two threads is faster, but two one-thread lanes finish the whole run sooner).
+# Lane A builds the site (fast mode); meanwhile lane B takes tasks from one queue, and
+# lane A joins it when the build is done. A lane claims the next unclaimed task (an
+# atomic mkdir), so neither waits while work is left:
+#   students      every student notebook with FULL = True, SCALE = 0.01 (the stubs raise,
+#                 full mode's code paths run)
+#   unit          the unit tests but the grader's
+#   grading       the grader's tests (they start sandboxed learners)
+#   colab         the reader's environments (tests/book/test_colab.py; the package index)
+#   nbval         nbval re-executes chapters 1, 4 and 5 and compares the cells tagged
+#                 `deterministic` with the site's outputs (2 and 3 are `slow`)  [site]
+#   site          the solution editions against the executed chapters, every page in
+#                 Chromium, a chapter beside CPU hogs (tests/book/test_build_watch.py) [site]
+# Tasks marked [site] wait for the build. Each task's output is in _build/task-<name>.log,
+# printed at the end with its start and end times.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$(date +%s)
@@ -44,43 +48,73 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-
 mkdir -p _build
 stamp() { echo "[test] $1 at $(( $(date +%s) - start )) s"; }
 
-# What needs the built site waits for lane A's marker (or its failure).
-rm -f _build/.site-built _build/.site-failed
-stamp "lane B (student notebooks in full mode at SCALE 0.01, unit tests, then the site's tests) started"
-(
-  $PY -m pytest -m notebooks -k student -p no:cacheprovider -q --durations=0
-  $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider -q \
-    --ignore=tests/book/test_colab.py --durations=10 "$@"
-  while [ ! -e _build/.site-built ] && [ ! -e _build/.site-failed ]; do sleep 2; done
-  if [ -e _build/.site-built ]; then
-    $PY -m pytest -p no:cacheprovider -q -m "(notebooks or site) and not slow" \
-      -k "not student and not deterministic" --durations=5
-  else
-    exit 1
-  fi
-) > _build/lane-b.log 2>&1 &
+# The queue, in the order tasks are claimed; [site] tasks wait for lane A's marker.
+rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
+TASKS=(students unit grading colab nbval site)
+NEEDS_SITE=" nbval site "
+task() {
+  case "$1" in
+    students) $PY -m pytest -m notebooks -k student -p no:cacheprovider -q --durations=0 ;;
+    unit) $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider -q \
+            --ignore=tests/book/test_colab.py --ignore=tests/grading --durations=10 ;;
+    grading) $PY -m pytest tests/grading -m "not slow and not notebooks and not site" \
+               -p no:cacheprovider -q --durations=5 ;;
+    colab) $PY -m pytest tests/book/test_colab.py -m "not slow" -p no:cacheprovider -q \
+             --durations=0 ;;
+    nbval) $PY -m pytest -m "notebooks and not slow" -k deterministic -p no:cacheprovider -q \
+             --durations=0 ;;
+    site) $PY -m pytest -p no:cacheprovider -q -m "(notebooks or site) and not slow" \
+            -k "not student and not deterministic" --durations=5 ;;
+  esac
+}
+run_queue() {   # $1: the lane's name
+  local name rc
+  for name in "${TASKS[@]}"; do
+    mkdir "_build/.claim-$name" 2>/dev/null || continue
+    if [[ "$NEEDS_SITE" == *" $name "* ]]; then
+      while [ ! -e _build/.site-built ] && [ ! -e _build/.site-failed ]; do sleep 2; done
+      if [ -e _build/.site-failed ]; then
+        echo "not run: the site build failed" > "_build/task-$name.log"; echo 1 > "_build/task-$name.rc"
+        continue
+      fi
+    fi
+    stamp "lane $1: $name started"
+    rc=0; task "$name" > "_build/task-$name.log" 2>&1 || rc=$?
+    echo "$rc" > "_build/task-$name.rc"
+    stamp "lane $1: $name done (exit $rc)"
+  done
+}
+
+run_queue B > _build/lane-b.log 2>&1 &
 lane_b=$!
 
 stamp "lane A: site build"
-lane_a=0
-bash scripts/build_site.sh || lane_a=$?
-if [ "$lane_a" -eq 0 ]; then
+if bash scripts/build_site.sh; then
   touch _build/.site-built
-  stamp "lane A: nbval re-executes chapters 1, 4 and 5"
-  $PY -m pytest -m "notebooks and not slow" -k deterministic -p no:cacheprovider -q \
-    --durations=0 || lane_a=$?
-  stamp "lane A: the reader's environments"
-  $PY -m pytest tests/book/test_colab.py -m "not slow" -p no:cacheprovider -q \
-    --durations=0 || lane_a=$?
+  stamp "lane A: site built"
+  run_queue A
 else
   touch _build/.site-failed
+  echo 1 > _build/task-build.rc
+  stamp "lane A: the site build failed"
 fi
-stamp "lane A done; waiting for lane B"
-b_status=0
-wait $lane_b || b_status=$?
-echo "[test] lane B:"
+wait $lane_b || true
 cat _build/lane-b.log
+failed=()
+for name in "${TASKS[@]}" build; do
+  [ -e "_build/task-$name.rc" ] || continue
+  if [ -e "_build/task-$name.log" ]; then
+    echo "[test] ---- $name (exit $(cat "_build/task-$name.rc")) ----"
+    tail -n 40 "_build/task-$name.log"
+  fi
+  [ "$(cat "_build/task-$name.rc")" -eq 0 ] || failed+=("$name")
+done
+for name in "${TASKS[@]}"; do   # a task nobody ran is a failure too
+  [ -e "_build/task-$name.rc" ] || failed+=("$name (never ran)")
+done
 stamp "lanes done"
-[ "$lane_a" -eq 0 ] || { echo "[test] lane A (site build, nbval or the reader's environments) failed"; exit "$lane_a"; }
-[ "$b_status" -eq 0 ] || { echo "[test] lane B (student notebooks, unit tests or the site's tests) failed"; exit "$b_status"; }
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "[test] FAILED: ${failed[*]} (full output in _build/task-<name>.log)"
+  exit 1
+fi
 stamp "all tests passed"
