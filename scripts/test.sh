@@ -79,7 +79,7 @@ run_queue() {   # $1: the lane's name
       fi
     fi
     stamp "lane $1: $name started"
-    rc=0; task "$name" > "_build/task-$name.log" 2>&1 || rc=$?
+    rc=0; ( task "$name" ) > "_build/task-$name.log" 2>&1 || rc=$?
     echo "$rc" > "_build/task-$name.rc"
     stamp "lane $1: $name done (exit $rc)"
   done
