@@ -184,6 +184,7 @@ def test_the_site_draws_a_phone_layout_inside_the_figure(monkeypatch):
         twin.plot([0, 1], [2, 3])
         im = axes[1].imshow(np.eye(3))
         fig.colorbar(im, ax=axes[1])
+        axes[0].plot([0, 1], [0.5, 0.5], label="LayerNorm at the released scale (LN(x)/d)")
         legend_below(axes[0], ncol=4)
         return fig
 

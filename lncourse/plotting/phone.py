@@ -101,8 +101,6 @@ def phone_figure(fig: Figure, column_px: float = PHONE_COLUMN_PX,
             t.set_fontsize(t.get_fontsize() * factor)
     for title in [a.title for a in phone.axes] + ([phone._suptitle] if phone._suptitle else []):
         title.set_wrap(True)
-    for legend in phone.legends:       # legends under the figure: at most two columns
-        legend.set_ncols(min(legend._ncols, 2))
     return phone
 
 
@@ -117,7 +115,7 @@ def phone_png(fig: Figure, text_key: str, column_px: float = PHONE_COLUMN_PX,
     phone = phone_figure(fig, column_px, min_px)
     if phone is None:
         return None
-    for _ in range(3):   # text too long for the width widens the tight box: narrow it
+    for _ in range(4):   # what is wider than the column: legends in one column, then narrower
         smallest = min((t.get_fontsize() for t in _texts(phone)), default=0.0) * phone.dpi / 72
         buffer = io.BytesIO()
         phone.savefig(buffer, format="png", dpi=2 * phone.dpi, bbox_inches="tight",
@@ -126,8 +124,22 @@ def phone_png(fig: Figure, text_key: str, column_px: float = PHONE_COLUMN_PX,
         width = Image.open(io.BytesIO(data)).size[0] / 2
         if width <= column_px + 0.5:
             break
-        phone.set_figwidth(phone.get_figwidth() * (column_px - 2) / width)
+        wide = [legend for legend in phone.legends
+                if legend._ncols > 1 and legend._outside_loc == "lower"]   # legend_below
+        for legend in wide:
+            _one_column(phone, legend)
+        if not wide:
+            phone.set_figwidth(phone.get_figwidth() * (column_px - 2) / width)
     return data
+
+
+def _one_column(fig: Figure, legend) -> None:
+    """``legend`` (one of ``legend_below``'s) again, in one column."""
+    labels = [t.get_text() for t in legend.texts]
+    size = legend.texts[0].get_fontsize() if legend.texts else None
+    handles = legend.legend_handles
+    legend.remove()
+    fig.legend(handles, labels, loc="outside lower center", ncols=1, fontsize=size)
 
 
 def encode(data: bytes) -> str:
