@@ -225,3 +225,15 @@ def test_stack_panels_keeps_reading_order_and_twins_together():
         assert a.yaxis.get_label_text() == "fraction (%)"
         assert any(t.get_visible() and t.get_text() for t in a.get_yticklabels())
     assert twin.yaxis.get_ticks_position() == "right"
+
+
+def test_3d_frames_keep_their_tick_labels_apart():
+    """Issue 19 (phone layouts): with matplotlib's default ticks a 3-D frame of [-1.5, 1.5]
+    had seven labels per axis (-1.5, -1.0, ..., 1.5) that ran into each other."""
+    from lncourse.plotting.space3d import frame_3d
+
+    fig, ax = figure_and_axes(n=1, projection="3d")
+    frame_3d(ax, 1.5, elev=20, azim=-60)
+    for axis in (ax.xaxis, ax.yaxis, ax.zaxis):
+        ticks = [t for t in axis.get_majorticklocs() if -1.5 <= t <= 1.5]
+        assert 3 <= len(ticks) <= 5, ticks
