@@ -104,13 +104,12 @@ def phone_figure(fig: Figure, column_px: float = PHONE_COLUMN_PX,
     return phone
 
 
-def phone_png(fig: Figure, text_key: str, column_px: float = PHONE_COLUMN_PX,
+def phone_png(fig: Figure, text_key: str, facecolor, column_px: float = PHONE_COLUMN_PX,
               min_px: float = PHONE_MIN_TEXT_PX) -> bytes | None:
     """The phone's PNG of ``fig`` (see :func:`phone_figure`), drawn at 2x, at most
-    ``column_px`` wide at 1x, its smallest text in 1x pixels in the chunk ``text_key``."""
+    ``column_px`` wide at 1x on ``facecolor``, its smallest text in 1x pixels in the chunk
+    ``text_key`` (both from plotting.style, which imports this module)."""
     from PIL import Image
-
-    from lncourse.plotting.style import COLORS
 
     phone = phone_figure(fig, column_px, min_px)
     if phone is None:
@@ -119,7 +118,7 @@ def phone_png(fig: Figure, text_key: str, column_px: float = PHONE_COLUMN_PX,
         smallest = min((t.get_fontsize() for t in _texts(phone)), default=0.0) * phone.dpi / 72
         buffer = io.BytesIO()
         phone.savefig(buffer, format="png", dpi=2 * phone.dpi, bbox_inches="tight",
-                      facecolor=COLORS["background"], metadata={text_key: f"{smallest:.2f}"})
+                      facecolor=facecolor, metadata={text_key: f"{smallest:.2f}"})
         data = buffer.getvalue()
         width = Image.open(io.BytesIO(data)).size[0] / 2
         if width <= column_px + 0.5:

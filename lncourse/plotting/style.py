@@ -196,7 +196,7 @@ def figure_png(fig: Figure) -> tuple[bytes, dict]:
 
     extra = {}
     if phone.site_figures():   # the site also serves narrow screens a phone's layout
-        data = phone.phone_png(fig, PNG_TEXT_KEY)
+        data = phone.phone_png(fig, PNG_TEXT_KEY, COLORS["background"])
         if data is not None:
             extra[phone.PHONE_PNG_KEY] = phone.encode(data)
     fit_text_to_column(fig)
