@@ -11,6 +11,9 @@ export LNCOURSE_DEVICE=${LNCOURSE_DEVICE:-cpu}   # the site is built in fast mod
 # nbclient would now and then miss a cell's reply and wait for its whole cell timeout
 # while the kernel sat idle (3 of 29 repeated runs of a widget notebook; 0 of 25 without).
 export LNCOURSE_NO_WIDGETS=1
+# Figures are also drawn for a phone's column (panels stacked, text of at least 10 px),
+# stored inside each figure's PNG and served to narrow screens by book/_ext/phone_figures.py.
+export LNCOURSE_SITE_FIGURES=1
 
 # MathJax is served from the site itself (no CDN): fetch it once from the npm registry.
 MATHJAX_VERSION=3.2.2

@@ -159,3 +159,81 @@ def test_wide_multi_panel_figures_wrap_into_rows_of_two():
     assert fig.get_figwidth() == pytest.approx(8.4) and fig.get_figheight() == pytest.approx(7.2)
     fig, axes = figure_and_axes(n=3, width=6.0)           # fits: side by side
     assert fig.get_figwidth() == pytest.approx(6.0)
+
+
+def test_the_site_draws_a_phone_layout_inside_the_figure(monkeypatch):
+    """Issue 19: on a 390 px phone the figures' text was 5 to 7 px. For the site
+    (LNCOURSE_SITE_FIGURES) figure_png stores a second PNG in the figure's: the panels
+    stacked one per row, at most PHONE_COLUMN_PX wide, its smallest text PHONE_MIN_TEXT_PX;
+    the figure the notebook shows is not changed by it, and outside the site there is none."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from lncourse.plotting.phone import PHONE_COLUMN_PX, PHONE_MIN_TEXT_PX, PHONE_PNG_KEY
+    from lncourse.plotting.style import PNG_TEXT_KEY, figure_png, legend_below
+
+    def three_panels():
+        fig, axes = figure_and_axes(n=3, width=12.6, height=3.6)
+        for a in axes:
+            a.plot([0, 1], [0, 1], label="LayerNorm")
+            a.plot([0, 1], [1, 0], label="RMSNorm")
+            a.set_title("one panel of three")
+        twin = axes[2].twinx()
+        twin.plot([0, 1], [2, 3])
+        im = axes[1].imshow(np.eye(3))
+        fig.colorbar(im, ax=axes[1])
+        axes[0].plot([0, 1], [0.5, 0.5], label="LayerNorm at the released scale (LN(x)/d)")
+        legend_below(axes[0], ncol=4)
+        return fig
+
+    monkeypatch.delenv("LNCOURSE_SITE_FIGURES", raising=False)
+    data, _ = figure_png(three_panels())
+    assert PHONE_PNG_KEY not in Image.open(io.BytesIO(data)).text
+    monkeypatch.setenv("LNCOURSE_SITE_FIGURES", "1")
+    fig = three_panels()
+    positions = [a.get_position().bounds for a in fig.axes]
+    data, meta = figure_png(fig)
+    assert [a.get_subplotspec().get_geometry()[:2] for a in fig.axes[:3]] == [(2, 2)] * 3
+    phone = Image.open(io.BytesIO(base64.b64decode(Image.open(io.BytesIO(data)).text[PHONE_PNG_KEY])))
+    width, height = phone.size[0] / 2, phone.size[1] / 2
+    assert PHONE_COLUMN_PX - 40 <= width <= PHONE_COLUMN_PX + 0.5
+    assert height > 2.5 * width, "three panels one under the other"
+    assert float(phone.text[PNG_TEXT_KEY]) >= PHONE_MIN_TEXT_PX - 0.05
+    assert float(Image.open(io.BytesIO(data)).text[PNG_TEXT_KEY]) * min(1, 688 / meta["width"]) >= 9
+
+
+def test_stack_panels_keeps_reading_order_and_twins_together():
+    from lncourse.plotting.phone import stack_panels
+
+    fig, axes = figure_and_axes(n=4, width=12.8, height=3.0)     # rows of two
+    twin = axes[1].twinx()
+    assert stack_panels(fig) == 4
+    rows = [a.get_subplotspec().rowspan.start for a in (*axes, twin)]
+    assert rows == [0, 1, 2, 3, 1]
+    assert all(a.get_subplotspec().get_geometry()[:2] == (4, 1) for a in fig.axes)
+    fig, ax = figure_and_axes(n=1)
+    assert stack_panels(fig) == 1
+    # panels that shared y showed its labels once (first column); stacked, each shows them
+    fig, axes = figure_and_axes(n=2, width=9.0, height=3.0, sharey=True)
+    axes[0].set_ylabel("fraction (%)")
+    twin = axes[1].twinx()
+    stack_panels(fig)
+    fig.canvas.draw()
+    for a in axes:
+        assert a.yaxis.get_label_text() == "fraction (%)"
+        assert any(t.get_visible() and t.get_text() for t in a.get_yticklabels())
+    assert twin.yaxis.get_ticks_position() == "right"
+
+
+def test_3d_frames_keep_their_tick_labels_apart():
+    """Issue 19 (phone layouts): with matplotlib's default ticks a 3-D frame of [-1.5, 1.5]
+    had seven labels per axis (-1.5, -1.0, ..., 1.5) that ran into each other."""
+    from lncourse.plotting.space3d import frame_3d
+
+    fig, ax = figure_and_axes(n=1, projection="3d")
+    frame_3d(ax, 1.5, elev=20, azim=-60)
+    for axis in (ax.xaxis, ax.yaxis, ax.zaxis):
+        ticks = [t for t in axis.get_majorticklocs() if -1.5 <= t <= 1.5]
+        assert 3 <= len(ticks) <= 5, ticks

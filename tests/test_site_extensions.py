@@ -27,3 +27,28 @@ def test_glue_calls_are_dropped_from_the_shown_code():
     assert without_glue(source) == "x = 1\nprint(x)\nfor k in (1, 2):\n    print(k)"
     assert without_glue('glue("a", 1, display=False)\n') == ""
     assert without_glue("glue = 3\nprint(glue)") == "glue = 3\nprint(glue)"
+
+
+def test_the_phone_png_is_taken_out_of_the_figure_png(monkeypatch):
+    """phone_figures.split_png: the desktop PNG without the phone's chunk (its other
+    chunks kept, its pixels unchanged), and the phone's PNG exactly as figure_png drew it."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from lncourse.plotting.phone import PHONE_PNG_KEY
+    from lncourse.plotting.style import PNG_TEXT_KEY, figure_and_axes, figure_png
+    from phone_figures import png_size, split_png
+
+    monkeypatch.setenv("LNCOURSE_SITE_FIGURES", "1")
+    fig, axes = figure_and_axes(n=2, width=9.0, height=3.0)
+    data, meta = figure_png(fig)
+    page, phone = split_png(data)
+    full = Image.open(io.BytesIO(data))
+    assert phone == base64.b64decode(full.text[PHONE_PNG_KEY])
+    assert len(page) < len(data) - len(phone) and PHONE_PNG_KEY not in Image.open(io.BytesIO(page)).text
+    assert Image.open(io.BytesIO(page)).text[PNG_TEXT_KEY] == full.text[PNG_TEXT_KEY]
+    assert Image.open(io.BytesIO(page)).tobytes() == full.tobytes()
+    assert png_size(phone) == Image.open(io.BytesIO(phone)).size
+    assert split_png(page) == (page, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from lncourse.plotting.style import COLORS
 
@@ -59,5 +60,7 @@ def frame_3d(ax, lim: float, elev: float, azim: float, title: str = "",
     for set_label, text in zip((ax.set_xlabel, ax.set_ylabel, ax.set_zlabel), labels):
         set_label(text)
     ax.set_box_aspect((1, 1, 1))
+    for axis in (ax.xaxis, ax.yaxis, ax.zaxis):   # five or more ticks overlapped in 3-D
+        axis.set_major_locator(MaxNLocator(nbins=4))
     ax.set_title(title)
     ax.view_init(elev=elev, azim=azim)

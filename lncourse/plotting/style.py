@@ -186,17 +186,25 @@ def figure_png(fig: Figure) -> tuple[bytes, dict]:
     """The PNG a notebook shows for ``fig``: text fitted to the column, drawn at twice the
     figure's resolution, with ``width``/``height`` metadata at its 1x size (so it is shown
     at that size, sharp on HiDPI screens), and its smallest text size in 1x pixels stored
-    in the PNG (``PNG_TEXT_KEY``) for the site's test to check."""
+    in the PNG (``PNG_TEXT_KEY``) for the site's test to check. For the site's build, the
+    PNG also carries the phone's layout of the figure (``lncourse.plotting.phone``)."""
     import io
 
     from PIL import Image
 
+    from lncourse.plotting import phone
+
+    extra = {}
+    if phone.site_figures():   # the site also serves narrow screens a phone's layout
+        data = phone.phone_png(fig, PNG_TEXT_KEY, COLORS["background"])
+        if data is not None:
+            extra[phone.PHONE_PNG_KEY] = phone.encode(data)
     fit_text_to_column(fig)
     for _ in range(3):   # the tight bounding box may be wider than the figure: fit again
         smallest = min((t.get_fontsize() for t in _texts(fig)), default=0.0) * fig.dpi / 72
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=2 * fig.dpi, bbox_inches="tight",
-                    facecolor="white", metadata={PNG_TEXT_KEY: f"{smallest:.2f}"})
+                    facecolor="white", metadata={PNG_TEXT_KEY: f"{smallest:.2f}", **extra})
         data = buffer.getvalue()
         width, height = Image.open(io.BytesIO(data)).size
         if not smallest or smallest * min(1.0, 2 * COLUMN_PX / width) >= MIN_TEXT_PX - 0.05:

@@ -159,13 +159,16 @@ def fraction_vs_context(ns, panels: dict, proxy: dict | None = None, ax=None) ->
     fig, axes = figure_and_axes(ax, n_panels, width=4.8 * n_panels, height=3.8,
                                 sharey=True, squeeze=False)
     axes = np.atleast_1d(axes).ravel()
+    # one colour per series, the same in every panel (four colours for six series made
+    # two pairs of series in one panel look the same)
     palette = [COLORS["layernorm"], COLORS["no_scaling"], COLORS["no_projection"],
-               COLORS["projected"]]
+               COLORS["projected"], COLORS["highlight"], COLORS["layernorm_released_scale"]]
+    labels = list(dict.fromkeys(label for series in panels.values() for label in series))
     for a, (title, series) in zip(axes, panels.items()):
-        for k, (label, values) in enumerate(series.items()):
+        for label, values in series.items():
             values = np.asarray(values, dtype=float)
             a.plot(ns[:len(values)], values, marker="o", ms=3, label=label,
-                   color=palette[k % len(palette)],
+                   color=palette[labels.index(label) % len(palette)],
                    ls=":" if label.endswith("(fast)") else "-")
         if proxy and title in proxy:
             label, values = proxy[title]
