@@ -5,7 +5,7 @@ positional embeddings, tied unembedding) that differ only in their weights and i
 whether the norm in front of attention divides by the norm ("layernorm") or not
 ("no_scaling") are stacked: every weight gets a leading model axis, every matrix product
 becomes a batched one, and attention runs in :mod:`lncourse.selectability.kernel`
-without (T, T) tensors. :func:`fused_losses` returns each model's mean next-token loss;
+without (T, T) tensors, reading q, k, v where the QKV projection wrote them. :func:`fused_losses` returns each model's mean next-token loss;
 their sum has, for each model, exactly the gradient of its own loss (the models share
 no weight), so one optimiser step on the stack is one step of each model alone. The
 tests hold a stack equal to the models trained one by one with :func:`lncourse.lm.train_lm`.
@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lncourse.selectability.kernel import _CausalAttention, kernel_applies
+from lncourse.selectability.kernel import kernel_applies, qkv_attention
 from lncourse.transformer import GPT
 
 __all__ = ["stack_models", "unstack", "scaling_flags", "fused_losses"]
@@ -81,18 +81,10 @@ def _attention(x: Tensor, p: dict[str, Tensor], pre: str, B: int, T: int, H: int
                use_kernel: bool) -> Tensor:
     """Causal multi-head attention of x (M, B T, d) -> (M, B T, d)."""
     M, _, d = x.shape
-    dh = d // H
     w = torch.cat([p[f"{pre}W_{n}.weight"] for n in "QKV"], 1)               # (M, 3d, d)
     b = torch.cat([p[f"{pre}W_{n}.bias"] for n in "QKV"], 1)                 # (M, 3d)
-    qkv = _linear(x, w, b).view(M, B, T, 3, H, dh)
-    if use_kernel:   # the kernel's layout: (M B H, dh, T)
-        q, k, v = (qkv[:, :, :, i].permute(0, 1, 3, 4, 2).reshape(M * B * H, dh, T)
-                   for i in range(3))
-        z = _CausalAttention.apply(q, k, v).view(M, B, H, dh, T).permute(0, 1, 4, 2, 3)
-    else:
-        q, k, v = (qkv[:, :, :, i].permute(0, 1, 3, 2, 4) for i in range(3))  # (M,B,H,T,dh)
-        z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(2, 3)
-    z = z.reshape(M, B * T, d)
+    qkv = _linear(x, w, b).view(M * B, T, 3, H, d // H)
+    z = qkv_attention(qkv, use_kernel).reshape(M, B * T, d)                 # (M B, T, H, dh)
     return _linear(z, p[f"{pre}W_O.weight"], p[f"{pre}W_O.bias"])
 
 
