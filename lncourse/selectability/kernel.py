@@ -8,8 +8,9 @@ row's log-sum-exp; backward recomputes the probabilities (as flash attention doe
 no (T, T) tensor ever exists. The kernel reads q, k and v straight from the output of
 the QKV projection, (R, T, 3, H, dh), and writes the heads' outputs as (R, T, H, dh),
 the layout the output projection reads: no permuted copies. In float32 the exponential
-is a vectorised polynomial (:data:`_SOURCE`, ``fexp2``; relative error 1.3e-9, below
-float's rounding); in float64 it is the C library's ``exp``. Heads are split over
+is a vectorised polynomial (``fexp2`` in :mod:`.kernel_source`; relative error 9.6e-8, float's
+rounding is 6e-8); in float64 it is the C library's ``exp``. With AVX-512, float heads of size 2
+(Table 1's) run loops written with 16-lane intrinsics. Heads are split over
 ``torch.get_num_threads()`` threads (ctypes releases the GIL during each call).
 
 The C source below is compiled once per machine with the system's C compiler (``cc``;
@@ -36,122 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lncourse.selectability.kernel_source import SOURCE as _SOURCE
+
 __all__ = ["causal_attention", "qkv_attention", "kernel_available", "kernel_applies", "HEAD_SIZES"]
 
-# One C function per dtype and head size: REAL is float or double. Each head is copied
-# into rows (dh, T), so each inner loop runs over contiguous key positions.
-_SOURCE = r"""
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-#include <stdint.h>
-/* 2^x in float for x <= 0: x = k + f with k = rint(x), 2^f for |f| <= 1/2 by its Taylor
-   polynomial of degree 7 (relative error 1.3e-9, below float's rounding of 6e-8), and k
-   added to the exponent. Below -126 it returns 2^-126, about 1e-38 (the terms it meets
-   there are negligible in a sum that is at least 1). Vectorises: no table, no branch. */
-static inline float fexp2(float x) {
-  x = x < -126.0f ? -126.0f : x;
-  float k = rintf(x), f = x - k;
-  float p = 1.5252733804059840e-05f;
-  p = p * f + 1.5403530393381606e-04f; p = p * f + 1.3333558146428443e-03f;
-  p = p * f + 9.6181291076284772e-03f; p = p * f + 5.5504108664821580e-02f;
-  p = p * f + 2.4022650695910071e-01f; p = p * f + 6.9314718055994531e-01f;
-  p = p * f + 1.0f;
-  union { float f; int32_t i; } u = {p};
-  u.i += (int32_t)k << 23;
-  return u.f;
-}
-/* One head, its coordinates as rows of T: Q, K, V, O, G (dh, T). Forward saves the log
-   (base e for double, base 2 for float) of each row's sum; backward recomputes the
-   probabilities. EXP is e^x (double) or 2^x (float: the queries carry log2 e). */
-#define DEF(NAME, REAL, EXP, LOG, LOGE, DH)                                              \
-static __attribute__((noinline)) void NAME##_head_fwd(long T, REAL scale,               \
-    const REAL *restrict Q, const REAL *restrict K, const REAL *restrict V,              \
-    REAL *restrict O, REAL *restrict lse, REAL *restrict s) {                            \
-  for (long i = 0; i < T; i++) {                                                         \
-    long m = i + 1; REAL qc[DH], acc[DH], mx = -INFINITY, l = 0;                         \
-    for (int c = 0; c < DH; c++) { qc[c] = Q[c * T + i] * (scale * LOGE); acc[c] = 0; }   \
-    for (long j = 0; j < m; j++) {                                                       \
-      REAL x = 0;                                                                        \
-      for (int c = 0; c < DH; c++) x += qc[c] * K[c * T + j];                            \
-      s[j] = x; mx = x > mx ? x : mx;                                                    \
-    }                                                                                    \
-    for (long j = 0; j < m; j++) {                                                       \
-      REAL p = EXP(s[j] - mx); l += p;                                                   \
-      for (int c = 0; c < DH; c++) acc[c] += p * V[c * T + j];                           \
-    }                                                                                    \
-    for (int c = 0; c < DH; c++) O[c * T + i] = acc[c] / l;                              \
-    lse[i] = mx + LOG(l);                                                                \
-  }                                                                                      \
-}                                                                                        \
-static __attribute__((noinline)) void NAME##_head_bwd(long T, REAL scale,               \
-    const REAL *restrict Q, const REAL *restrict K, const REAL *restrict V,              \
-    const REAL *restrict G, const REAL *restrict Dv, const REAL *restrict lse,           \
-    REAL *restrict GQ, REAL *restrict GK, REAL *restrict GV) {                           \
-  for (long i = 0; i < T; i++) {                                                         \
-    long m = i + 1; REAL D = Dv[i], L = lse[i], qr[DH], qc[DH], gc[DH], acc[DH];         \
-    for (int c = 0; c < DH; c++) {                                                       \
-      qr[c] = Q[c * T + i]; qc[c] = qr[c] * (scale * LOGE); gc[c] = G[c * T + i]; acc[c] = 0; } \
-    for (long j = 0; j < m; j++) {                                                       \
-      REAL x = 0, dp = 0;                                                                \
-      for (int c = 0; c < DH; c++) { x += qc[c] * K[c * T + j]; dp += gc[c] * V[c * T + j]; } \
-      REAL p = EXP(x - L), ds = p * (dp - D);                                            \
-      for (int c = 0; c < DH; c++) {                                                     \
-        acc[c] += ds * K[c * T + j]; GK[c * T + j] += ds * qr[c];                        \
-        GV[c * T + j] += p * gc[c]; }                                                    \
-    }                                                                                    \
-    for (int c = 0; c < DH; c++) GQ[c * T + i] = acc[c] * scale;                         \
-  }                                                                                      \
-}                                                                                        \
-/* Heads n0 <= n < n1 (n = mb H + h) of qkv (MB, T, 3, H, DH); o, go (MB, T, H, DH);     \
-   lse (MB H, T); gqkv like qkv, every entry written. */                                 \
-void NAME##_fwd(long n0, long n1, long T, long H, REAL scale, const REAL *qkv,           \
-                REAL *o, REAL *lse) {                                                    \
-  REAL *buf = malloc(sizeof(REAL) * (4 * DH + 1) * T);                                   \
-  REAL *Q = buf, *K = buf + DH * T, *V = buf + 2 * DH * T, *O = buf + 3 * DH * T,        \
-       *s = buf + 4 * DH * T;                                                            \
-  long st = 3 * H * DH, so = H * DH;                                                     \
-  for (long n = n0; n < n1; n++) {                                                       \
-    const REAL *src = qkv + (n / H) * T * st + (n % H) * DH;                             \
-    for (long t = 0; t < T; t++) for (int c = 0; c < DH; c++) {                          \
-      Q[c * T + t] = src[t * st + c]; K[c * T + t] = src[t * st + so + c];               \
-      V[c * T + t] = src[t * st + 2 * so + c]; }                                         \
-    NAME##_head_fwd(T, scale, Q, K, V, O, lse + n * T, s);                               \
-    REAL *dst = o + (n / H) * T * so + (n % H) * DH;                                     \
-    for (long t = 0; t < T; t++) for (int c = 0; c < DH; c++) dst[t * so + c] = O[c * T + t]; \
-  }                                                                                      \
-  free(buf);                                                                             \
-}                                                                                        \
-void NAME##_bwd(long n0, long n1, long T, long H, REAL scale, const REAL *qkv,           \
-                const REAL *o, const REAL *lse, const REAL *go, REAL *gqkv) {            \
-  REAL *buf = malloc(sizeof(REAL) * (7 * DH + 1) * T);                                   \
-  REAL *Q = buf, *K = buf + DH * T, *V = buf + 2 * DH * T, *G = buf + 3 * DH * T,        \
-       *GQ = buf + 4 * DH * T, *GK = buf + 5 * DH * T, *GV = buf + 6 * DH * T,           \
-       *Dv = buf + 7 * DH * T;                                                           \
-  long st = 3 * H * DH, so = H * DH;                                                     \
-  for (long n = n0; n < n1; n++) {                                                       \
-    long a = (n / H) * T * st + (n % H) * DH, b = (n / H) * T * so + (n % H) * DH;       \
-    const REAL *src = qkv + a, *Og = o + b, *Gg = go + b;                                \
-    for (long t = 0; t < T; t++) {                                                       \
-      REAL D = 0;                                                                        \
-      for (int c = 0; c < DH; c++) {                                                     \
-        Q[c * T + t] = src[t * st + c]; K[c * T + t] = src[t * st + so + c];             \
-        V[c * T + t] = src[t * st + 2 * so + c]; G[c * T + t] = Gg[t * so + c];          \
-        D += Gg[t * so + c] * Og[t * so + c]; }                                          \
-      Dv[t] = D; }                                                                       \
-    memset(GK, 0, sizeof(REAL) * 2 * DH * T);                                            \
-    NAME##_head_bwd(T, scale, Q, K, V, G, Dv, lse + n * T, GQ, GK, GV);                  \
-    REAL *dst = gqkv + a;                                                                \
-    for (long t = 0; t < T; t++) for (int c = 0; c < DH; c++) {                          \
-      dst[t * st + c] = GQ[c * T + t]; dst[t * st + so + c] = GK[c * T + t] * scale;     \
-      dst[t * st + 2 * so + c] = GV[c * T + t]; }                                        \
-  }                                                                                      \
-  free(buf);                                                                             \
-}
-#define BOTH(DH) DEF(attn32_##DH, float, fexp2, log2f, 1.4426950408889634f, DH)          \
-                 DEF(attn64_##DH, double, exp, log, 1.0, DH)
-BOTH(1) BOTH(2) BOTH(4) BOTH(8)
-"""
 # -ffast-math lets GCC call glibc's vector exp (libmvec); the loops never meet an
 # infinity or a NaN (each row reads only its own prefix). It is given to the compile
 # step only: linked with -ffast-math, a library sets flush-to-zero for the whole process

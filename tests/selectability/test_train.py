@@ -61,6 +61,43 @@ def test_kernel_float32_and_large_scores_stay_finite():
 
 
 @needs_kernel
+@pytest.mark.parametrize("spread", [1.0, 40.0])     # one pass under the bound; two passes
+@pytest.mark.parametrize("dh", kernel.HEAD_SIZES)
+def test_kernel_float32_equals_float64_attention(dh, spread):
+    """The float32 path (fexp2; at dh = 2 the AVX-512 loops where the CPU has them) on an
+    odd T (a last row without its pair, masked tails): values and gradients within
+    float32's rounding of float64 SDPA."""
+    gen = torch.Generator().manual_seed(10 + dh)
+    qkv = torch.randn(3, 37, 3, 2, dh, generator=gen, dtype=torch.float64)
+    qkv[:, :, :2] *= spread
+    g = torch.randn(3, 37, 2, dh, generator=gen, dtype=torch.float64)
+    x64 = qkv.clone().requires_grad_(True)
+    ref = kernel.qkv_attention(x64, use_kernel=False)
+    (want,) = torch.autograd.grad(ref, x64, g)
+    x32 = qkv.float().requires_grad_(True)
+    ours = kernel.qkv_attention(x32)
+    (got,) = torch.autograd.grad(ours, x32, g.float())
+    assert torch.allclose(ours.double(), ref, atol=2e-6 * spread, rtol=1e-5)
+    assert torch.allclose(got.double(), want, atol=2e-5 * spread ** 2, rtol=1e-4)
+
+
+@needs_kernel
+def test_kernel_threads_split_heads_without_changing_a_bit():
+    qkv = torch.randn(4, 50, 3, 4, 2).requires_grad_(True)
+    g = torch.randn(4, 50, 4, 2)
+    threads = torch.get_num_threads()
+    out = []
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            o = kernel.qkv_attention(qkv)
+            out.append((o, *torch.autograd.grad(o, qkv, g)))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(a, b) for a, b in zip(*out))
+
+
+@needs_kernel
 def test_loading_the_kernel_keeps_denormal_numbers():
     # a library linked with -ffast-math would switch on flush-to-zero for the process
     assert kernel.kernel_available()
