@@ -23,7 +23,13 @@ from torch import Tensor
 from lncourse.selectability.kernel import kernel_applies, qkv_attention
 from lncourse.transformer import GPT
 
-__all__ = ["stack_models", "unstack", "scaling_flags", "fused_losses"]
+__all__ = ["stack_models", "unstack", "scaling_flags", "fused_losses", "NUMERICS"]
+
+# The version of the numbers this path computes. Bump it with any change that alters them
+# (an operation's order, the kernel's exponential): a checkpoint of another version is
+# refused, so that no history mixes two trainers. 1: issue 22's first kernel; 2: the
+# qkv-layout kernel, folded LayerNorm affine, degree-5 exponential.
+NUMERICS = 2
 
 
 def _check_stackable(models: list[GPT]) -> None:

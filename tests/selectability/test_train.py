@@ -13,6 +13,7 @@ from lncourse.selectability import kernel
 from lncourse.lm import train_lm
 from lncourse.results import RESULTS_DIR, load_result
 from lncourse.selectability.fused import fused_losses, scaling_flags, stack_models, unstack
+from lncourse.selectability import train as train_module
 from lncourse.selectability.train import train_fused
 from lncourse.text import CharTokenizer, load_shakespeare, split_ids
 from lncourse.transformer import GPT, TransformerConfig
@@ -152,7 +153,7 @@ def test_fused_training_equals_train_lm_per_model(data):
             assert torch.allclose(fused["params"][name][m], p, atol=1e-10, rtol=0), name
 
 
-def test_fused_run_resumes_to_the_same_result(data, tmp_path):
+def test_fused_run_resumes_to_the_same_result(data, tmp_path, monkeypatch):
     train, test, vocab = data
     make = lambda: [_model(vocab, s, n, torch.float32) for s, n in  # noqa: E731
                     ((1, "layernorm"), (1, "no_scaling"))]
@@ -175,6 +176,10 @@ def test_fused_run_resumes_to_the_same_result(data, tmp_path):
     assert sorted(resumed["snapshots"]) == [4, 12]
     with pytest.raises(ValueError, match="differs in lr"):
         train_fused(make(), [1, 1], train, test, **{**KW, "lr": 2e-2}, checkpoint_path=ck)
+    monkeypatch.setattr(train_module, "NUMERICS", train_module.NUMERICS + 1)
+    with pytest.raises(ValueError, match="differs in numerics"):    # another trainer's
+        train_fused(make(), [1, 1], train, test, **KW, snapshot_steps=(4, 12),
+                    checkpoint_path=ck)
 
 
 def test_models_that_differ_in_more_than_the_norm_are_refused(data):
