@@ -31,7 +31,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from lncourse.results import RESULTS_DIR, load_result, provenance, write_result
 from lncourse.selectability.exact import selectability_batch

@@ -4,14 +4,12 @@ the batched models equal the models trained one by one, and runs resume exactly.
 import copy
 import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from lncourse.selectability import kernel
 from lncourse.lm import train_lm
-from lncourse.results import RESULTS_DIR, load_result
 from lncourse.selectability.fused import fused_losses, scaling_flags, stack_models, unstack
 from lncourse.selectability import train as train_module
 from lncourse.selectability.train import train_fused
@@ -196,33 +194,3 @@ def test_without_a_compiler_attention_falls_back_to_sdpa(monkeypatch):
     assert not kernel.kernel_available() and not kernel.kernel_applies(q)
     assert torch.equal(kernel.causal_attention(q, k, v),
                        F.scaled_dot_product_attention(q, k, v, is_causal=True))
-
-
-BENCH = RESULTS_DIR / "selectability" / "trainer_benchmark.json"
-
-
-@pytest.mark.skipif(not BENCH.exists(), reason="no stored benchmark")
-def test_stored_trainer_benchmark_losses_replay():
-    """The benchmark's first-step losses (all six models, fused, with the kernel when
-    available) come out of today's code, and its methods agreed (timings cannot be
-    replayed; the claim that the losses agree can)."""
-    from lncourse.selectability.lm import tokenized
-    from lncourse.selectability.seeds import SeedsConfig, models_of
-    from lncourse.text import sample_batch
-    stored = load_result(BENCH)
-    cfg = SeedsConfig.table1()
-    assert stored["config"]["seeds"] == list(cfg.seeds)
-    tok, train_ids, _ = tokenized(cfg.lm)
-    models, seeds, _ = models_of(cfg, tok.vocab_size)
-    gens = {s: torch.Generator().manual_seed(s) for s in dict.fromkeys(seeds)}
-    drawn = {s: sample_batch(train_ids, cfg.lm.batch_size, cfg.lm.block_size, g)
-             for s, g in gens.items()}
-    x = torch.stack([drawn[s][0] for s in seeds])
-    y = torch.stack([drawn[s][1] for s in seeds])
-    with torch.no_grad():
-        first = fused_losses(stack_models(models), scaling_flags(models), x, y, 4)
-    for name, method in stored["methods"].items():
-        got = [row[0] for row in method["losses"]]         # train_lm: its first models
-        np.testing.assert_allclose(got, first.tolist()[:len(got)], rtol=1e-5)
-        if name != "train_lm":
-            assert method["max_loss_diff_to_train_lm"] < 1e-3
