@@ -2,7 +2,10 @@
 trainer, side by side in one run, with their losses.
 
     python benchmarks/selectability_trainer.py            # 3 seeds x 2 variants, 3 steps
-    python benchmarks/selectability_trainer.py --store    # and write the result
+    OMP_NUM_THREADS=1 python benchmarks/selectability_trainer.py --steps 6 \
+        --baseline-models 2 --methods fused --store       # the stored result
+    OMP_NUM_THREADS=2 python benchmarks/selectability_trainer.py --steps 6 \
+        --baseline-models 2 --methods fused --store --out trainer_benchmark_2threads.json
 
 Configuration: d = 8, 4 layers, 4 heads, contexts of 1,024, batch 16 (the paper's), on
 characters; 3 seeds x 2 variants (full LayerNorm; no scaling before attention). Three
@@ -13,18 +16,21 @@ ways to take the same optimiser steps from the same initial weights on the same 
 * ``fused_sdpa``: the six models as one batched model, attention by PyTorch's kernel;
 * ``fused``: the same with the compiled tiny-head kernel (the trainer of the runs).
 
+The methods take turns step by step (:func:`interleaved`), so that each meets the same
+load of the shared machine (the load average is stored beside the timings).
 Seconds per model-step are the median over the timed steps (after one warm-up step), in
 CPU time of this process (``time.process_time``: on the shared machine other jobs take
 turns on the core, which wall time would count) and in wall time. The losses of every
 step are compared with ``train_lm``'s (``--baseline-models``: train_lm steps only the
 first N models, whose losses are compared).
-Writes ``results/selectability/trainer_benchmark.json`` with its provenance.
+Writes ``results/selectability/trainer_benchmark.json`` (or ``--out``) with its provenance.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import statistics
 import sys
 import time
@@ -64,40 +70,53 @@ def _median(times, per=1):
             "wall": statistics.median(t[1] for t in times) / per}
 
 
-def time_train_lm(models, batches, lr):
-    """Per model, the steps of train_lm's loop; seconds per model-step, losses (M, steps)."""
-    times, losses = [], []
-    for m, model in enumerate(models):
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-        row = []
-        for s, (x, y) in enumerate(batches):
-            t0 = _clock()
-            _, loss, _ = model(x[m], y[m])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            row.append(loss.item())
-            if s:
-                times.append(_since(t0))
-        losses.append(row)
-    return _median(times), losses
+def _lm_step(model, opt, x, y):
+    _, loss, _ = model(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return [loss.item()]
 
 
-def time_fused(models, batches, lr, use_kernel):
-    """The steps of the fused trainer; seconds per model-step, losses (M, steps), weights."""
-    params, scale = stack_models(models), scaling_flags(models)
-    opt = torch.optim.AdamW(list(params.values()), lr=lr, weight_decay=0.0)
-    times, losses = [], []
+def _fused_step(state, x, y, n_heads, use_kernel):
+    params, scale, opt = state
+    loss = fused_losses(params, scale, x, y, n_heads, use_kernel)
+    opt.zero_grad(set_to_none=True)
+    loss.sum().backward()
+    opt.step()
+    return loss.tolist()
+
+
+def interleaved(models, batches, lr, baseline_models, methods):
+    """Step s of every method, then step s + 1 of every method, ...: each method meets
+    the same load of the shared machine. Returns {method: (seconds per model-step,
+    losses (models, steps))}; train_lm steps its first ``baseline_models`` models one at
+    a time, each fused method all the models as one batch."""
+    lms = [copy.deepcopy(m) for m in models[:baseline_models]]
+    lm_opts = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=0.0) for m in lms]
+    fused = {}
+    for name in methods:
+        params = stack_models([copy.deepcopy(m) for m in models])
+        fused[name] = (params, scaling_flags(models),
+                       torch.optim.AdamW(list(params.values()), lr=lr, weight_decay=0.0))
+    times = {name: [] for name in ("train_lm", *methods)}
+    losses = {name: [] for name in times}
     for s, (x, y) in enumerate(batches):
-        t0 = _clock()
-        loss = fused_losses(params, scale, x, y, models[0].cfg.n_heads, use_kernel)
-        opt.zero_grad(set_to_none=True)
-        loss.sum().backward()
-        opt.step()
-        losses.append(loss.tolist())
-        if s:
-            times.append(_since(t0))
-    return _median(times, len(models)), [list(r) for r in zip(*losses)], params
+        for name in methods:
+            t0 = _clock()
+            losses[name].append(_fused_step(fused[name], x, y, models[0].cfg.n_heads,
+                                            name == "fused"))
+            if s:
+                times[name].append(_since(t0))
+        row = []
+        for m, (model, opt) in enumerate(zip(lms, lm_opts)):
+            t0 = _clock()
+            row += _lm_step(model, opt, x[m], y[m])
+            if s:
+                times["train_lm"].append(_since(t0))
+        losses["train_lm"].append(row)
+    return {name: (_median(times[name], 1 if name == "train_lm" else len(models)),
+                   [list(r) for r in zip(*losses[name])]) for name in times}
 
 
 def main() -> None:
@@ -109,22 +128,24 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["fused_sdpa", "fused"],
                         choices=["fused_sdpa", "fused"], help="fused methods to time")
     parser.add_argument("--store", action="store_true",
-                        help="write results/selectability/trainer_benchmark.json")
+                        help="write the result (see --out)")
+    parser.add_argument("--out", default="trainer_benchmark.json",
+                        help="file name under results/selectability/ (default "
+                        "trainer_benchmark.json)")
     args = parser.parse_args()
     if not kernel_available():
         sys.exit("the compiled kernel is not available here (no C compiler?)")
-    start = time.perf_counter()
+    start, load_start = time.perf_counter(), list(os.getloadavg())
     cfg = SeedsConfig.table1()
     tok, train_ids, _ = tokenized(cfg.lm)
     models, seeds, labels = models_of(cfg, tok.vocab_size)
     batches = _windows(train_ids, cfg, seeds, args.steps)
     lr = cfg.lm.lr
-    base_s, base_loss = time_train_lm([copy.deepcopy(m) for m in
-                                       models[:args.baseline_models]], batches, lr)
+    got = interleaved(models, batches, lr, args.baseline_models, args.methods)
+    base_s, base_loss = got["train_lm"]
     out = {"methods": {"train_lm": {"seconds_per_model_step": base_s, "losses": base_loss}}}
     for name in args.methods:
-        s, loss, _ = time_fused([copy.deepcopy(m) for m in models], batches, lr,
-                                name == "fused")
+        s, loss = got[name]
         diff = max(abs(a - b) for r1, r2 in zip(loss, base_loss) for a, b in zip(r1, r2))
         out["methods"][name] = {"seconds_per_model_step": s, "losses": loss,
                                 "max_loss_diff_to_train_lm": diff,
@@ -132,7 +153,8 @@ def main() -> None:
                                     k: base_s[k] / s[k] for k in ("cpu", "wall")}}
     print(f"{len(models)} models, d {cfg.lm.d_model}, {cfg.lm.n_layers} layers, "
           f"{cfg.lm.n_heads} heads, T {cfg.lm.block_size}, batch {cfg.lm.batch_size}, "
-          f"{torch.get_num_threads()} thread(s), median of {args.steps - 1} steps")
+          f"{torch.get_num_threads()} thread(s), median of {args.steps - 1} steps, load "
+          f"average {load_start[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     for name, m in out["methods"].items():
         t = m["seconds_per_model_step"]
         extra = "" if name == "train_lm" else (
@@ -149,8 +171,8 @@ def main() -> None:
             "timed_steps": args.steps - 1, "threads": torch.get_num_threads()}
         command = "python benchmarks/selectability_trainer.py " + " ".join(sys.argv[1:])
         out["provenance"] = provenance("cpu", time.perf_counter() - start, command=command)
-        print("wrote", write_result(RESULTS_DIR / "selectability" / "trainer_benchmark.json",
-                                    out))
+        out["load_average"] = {"start": load_start, "end": list(os.getloadavg())}
+        print("wrote", write_result(RESULTS_DIR / "selectability" / args.out, out))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ Both are checked before a result is returned. The search is cheap first, exact l
    across the hyperplane where i and j tie (batched over all undecided keys);
 3. non-negative least squares on the lifted points (k_j, 1): a zero residual gives the
    convex weights; a non-zero residual r = (r_x, r_0) is, by the KKT conditions, a query
-   r_x under which k_i wins by ||r||^2 (so this step is exact in exact arithmetic);
+   r_x under which k_i wins by ||r||^2 (so this step is exact in exact arithmetic). It
+   runs first on a few columns grown by column generation, warm-started from the
+   nearest decided key (:mod:`lncourse.selectability.search`), then on all keys;
 4. an LP solved by SciPy's HiGHS for whatever the steps above leave uncertified.
 
 Each verdict records which step certified it (:class:`Method`).
@@ -42,6 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from scipy.optimize import linprog, nnls
+
+from lncourse.selectability.search import walk, warm_started
 
 __all__ = ["Method", "Selectability", "selectability", "selectability_batch"]
 
@@ -120,10 +124,10 @@ def _margins(Kc: np.ndarray, Q: np.ndarray, same: np.ndarray) -> np.ndarray:
     Kc: (S, n, d), Q: (S, n, d) (unit rows), same: (S, n, n) -> (S, n); +inf when no
     other point exists.
     """
-    scores = np.einsum("bid,bjd->bij", Q, Kc)  # (S, n, n): query i against key j
-    own = np.einsum("bii->bi", scores)
-    others = np.where(same, -np.inf, scores).max(axis=-1)
-    return own - others
+    scores = Q @ Kc.transpose(0, 2, 1)         # (S, n, n): query i against key j
+    own = np.einsum("bii->bi", scores).copy()
+    np.putmask(scores, same, -np.inf)
+    return own - scores.max(axis=-1)
 
 
 def _unit(Q: np.ndarray) -> np.ndarray:
@@ -136,7 +140,7 @@ def _verify(Kc, same, tol, sel, Q, W) -> None:
     margin = _margins(Kc, np.nan_to_num(Q), same)
     bad_q = sel & ~(margin > tol[:, None])
     Wz = np.nan_to_num(W)
-    recon = np.einsum("bij,bjd->bid", Wz, Kc)
+    recon = Wz @ Kc
     err = np.abs(recon - Kc).max(axis=-1)
     bad_w = ~sel & ~((Wz >= 0).all(-1) & (np.abs(Wz.sum(-1) - 1) <= 1e-9)
                      & ~(same & (Wz > 0)).any(-1) & (err <= tol[:, None]))
@@ -146,22 +150,23 @@ def _verify(Kc, same, tol, sel, Q, W) -> None:
                            "the keys that caused it")
 
 
-def _identical(Kc: np.ndarray, tol: np.ndarray, chunk: int = 4_000_000) -> np.ndarray:
+def _identical(Kc: np.ndarray, tol: np.ndarray) -> np.ndarray:
     """same[b, i, j]: keys i and j of set b agree to within tol[b] in every coordinate.
 
-    Computed in blocks of about ``chunk`` differences, so that long contexts in wide
-    models (say 256 keys in 384 dimensions) do not need gigabytes at once.
+    Keys sorted by their first coordinate: only keys within tol[b] of each other there
+    are compared in full, so a set costs O(n log n) unless many keys nearly coincide.
     """
     S, n, d = Kc.shape
-    same = np.empty((S, n, n), dtype=bool)
-    sets = max(1, chunk // (n * n * d))
-    rows = max(1, chunk // (n * d))
-    for b0 in range(0, S, sets):
-        blk = Kc[b0:b0 + sets]                        # (b, n, d)
-        t = tol[b0:b0 + sets, None, None]
-        for i0 in range(0, n, rows):
-            diff = np.abs(blk[:, i0:i0 + rows, None, :] - blk[:, None, :, :]).max(-1)
-            same[b0:b0 + sets, i0:i0 + rows] = diff <= t
+    same = np.zeros((S, n, n), dtype=bool)
+    for b in range(S):
+        order = np.argsort(Kc[b, :, 0], kind="stable")
+        X = Kc[b, order]                              # (n, d), sorted by coordinate 0
+        reach = np.searchsorted(X[:, 0], X[:, 0] + tol[b], side="right")
+        for off in range(int((reach - np.arange(n)).max())):
+            p = np.flatnonzero(np.arange(off, n) < reach[:n - off])
+            eq = np.abs(X[p] - X[p + off]).max(-1) <= tol[b]
+            i, j = order[p[eq]], order[p[eq] + off]
+            same[b, i, j] = same[b, j, i] = True
     return same
 
 
@@ -192,46 +197,24 @@ def _own_direction(v: _Verdicts, K, Kc, same, tol) -> None:
         v.selectable(ok, Qc[ok], Method.OWN_DIRECTION)
 
 
-def _walk(Kc, same, tol, idx, Q0, steps):
-    """Braid-reflect walk for keys idx = (set, key) index arrays of length m.
-
-    Returns (success mask (m,), final queries (m, d)).
-    """
-    b, i = idx
-    K = Kc[b]                       # (m, n, d)
-    ki = Kc[b, i]                   # (m, d)
-    mask = same[b, i]               # (m, n): True for key i and its duplicates
-    X = Q0.copy()                   # (m, d)
-    ok = np.zeros(len(b), dtype=bool)
-    rows = np.arange(len(b))
-    for _ in range(steps):
-        scores = np.where(mask, -np.inf, np.einsum("md,mnd->mn", X, K))
-        j = scores.argmax(axis=1)
-        gap = np.einsum("md,md->m", X, ki) - scores[rows, j]
-        ok |= gap > tol[b] * np.linalg.norm(X, axis=1)
-        live = ~ok
-        if not live.any():
-            break
-        w = K[rows, j] - ki          # (m, d): the direction in which j beats i
-        ww = np.einsum("md,md->m", w, w)
-        xw = np.einsum("md,md->m", X, w)
-        # reflect across the tie hyperplane w.x = 0, and step a little past it so that an
-        # exact tie does not leave the walk where it was
-        step = (2.0 * xw / ww + 1e-3 * np.linalg.norm(X, axis=1) / np.sqrt(ww))
-        X = np.where(live[:, None], X - step[:, None] * w, X)
-    return ok, X
-
-
 def _walk_undecided(v: _Verdicts, Kc, same, tol, steps: int) -> None:
-    """Step 2: the walk for every undecided key, in chunks of about 4e6 numbers."""
+    """Step 2: the walk for every undecided key, in chunks of about 4e6 numbers (for
+    long contexts, n >= 256, one set at a time: its scores are one matrix product)."""
     if steps <= 0:
         return
     todo_b, todo_i = np.nonzero(~v.sel)
     S, n, d = Kc.shape
-    per_chunk = max(1, 4_000_000 // (n * d))
-    for c0 in range(0, len(todo_b), per_chunk):
-        idx = (todo_b[c0:c0 + per_chunk], todo_i[c0:c0 + per_chunk])
-        ok, X = _walk(Kc, same, tol, idx, _unit(Kc[idx]), steps)
+    per_chunk = n if n >= 256 else max(1, 4_000_000 // (n * d))
+    starts = [0]
+    while starts[-1] < len(todo_b):
+        c0 = starts[-1]
+        stop = min(c0 + per_chunk, len(todo_b))
+        if n >= 256:                                   # end the chunk with its set
+            stop = c0 + int(np.searchsorted(todo_b[c0:], todo_b[c0], side="right"))
+        starts.append(stop)
+    for c0, c1 in zip(starts, starts[1:]):
+        idx = (todo_b[c0:c1], todo_i[c0:c1])
+        ok, X = walk(Kc, same, tol, idx, _unit(Kc[idx]), steps)
         v.selectable((idx[0][ok], idx[1][ok]), _unit(X[ok]), Method.WALK)
 
 
@@ -331,8 +314,15 @@ def selectability_batch(keys, *, rtol: float = 1e-12, walk_steps: int = 20) -> S
     _own_direction(v, K, Kc, same, tol)
     _walk_undecided(v, Kc, same, tol, walk_steps)
     s_safe = np.where(s > 0, s, 1.0)
-    for b, i in zip(*np.nonzero(~v.sel)):
-        _decide_exactly(v, Kc, same, tol, s_safe, b, i)
+    for b in np.flatnonzero((~v.sel).any(axis=1)):
+        keys = np.flatnonzero(~v.sel[b])
+        for i, cert in zip(keys, warm_started(Kc[b], same[b], tol[b], s_safe[b], keys, nnls)):
+            if cert is None:
+                _decide_exactly(v, Kc, same, tol, s_safe, b, i)
+            elif cert[0] == "weights":
+                v.unselectable((b, i), cert[1], Method.NNLS)
+            else:
+                v.selectable((b, i), cert[1], Method.NNLS)
     _verify(Kc, same, tol, v.sel, v.Q, v.W)
     return Selectability(v.sel, v.Q, v.W, v.how, tol)
 

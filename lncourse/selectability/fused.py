@@ -5,7 +5,7 @@ positional embeddings, tied unembedding) that differ only in their weights and i
 whether the norm in front of attention divides by the norm ("layernorm") or not
 ("no_scaling") are stacked: every weight gets a leading model axis, every matrix product
 becomes a batched one, and attention runs in :mod:`lncourse.selectability.kernel`
-without (T, T) tensors. :func:`fused_losses` returns each model's mean next-token loss;
+without (T, T) tensors, reading q, k, v where the QKV projection wrote them. :func:`fused_losses` returns each model's mean next-token loss;
 their sum has, for each model, exactly the gradient of its own loss (the models share
 no weight), so one optimiser step on the stack is one step of each model alone. The
 tests hold a stack equal to the models trained one by one with :func:`lncourse.lm.train_lm`.
@@ -20,10 +20,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lncourse.selectability.kernel import _CausalAttention, kernel_applies
+from lncourse.selectability.kernel import kernel_applies, qkv_attention
 from lncourse.transformer import GPT
 
-__all__ = ["stack_models", "unstack", "scaling_flags", "fused_losses"]
+__all__ = ["stack_models", "unstack", "scaling_flags", "fused_losses", "NUMERICS"]
+
+# The version of the numbers this path computes. Bump it with any change that alters them
+# (an operation's order, the kernel's exponential): a checkpoint of another version is
+# refused, so that no history mixes two trainers. 1: issue 22's first kernel; 2: the
+# qkv-layout kernel, folded LayerNorm affine, degree-5 exponential.
+NUMERICS = 2
 
 
 def _check_stackable(models: list[GPT]) -> None:
@@ -62,14 +68,44 @@ def scaling_flags(models: list[GPT]) -> Tensor:
     return torch.tensor([(m.cfg.norm_attn or m.cfg.norm) == "layernorm" for m in models])
 
 
-def _norm(x: Tensor, w: Tensor, b: Tensor, scale: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """LayerNorm of x (M, R, d) with per-model affine w, b (M, d); ``scale`` bool (M,):
-    divide by the norm (None: every model does)."""
-    y = x - x.mean(-1, keepdim=True)
-    r = torch.rsqrt((y * y).mean(-1, keepdim=True) + eps)
-    if scale is not None:
-        r = torch.where(scale.view(-1, 1, 1), r, torch.ones((), dtype=r.dtype))
-    return (y * r) * w[:, None] + b[:, None]
+class _Standardise(torch.autograd.Function):
+    """The affine-free part of LayerNorm, (x - mean) / sqrt(var + eps) along the last
+    axis of x (M, R, d), with its gradient in closed form, r (g - mean g - x^ mean(g x^)):
+    a third of the passes over (M, R, d) that autograd takes. ``scale`` bool (M,): which
+    models divide by the norm (None: all); the others only subtract the mean."""
+
+    @staticmethod
+    def forward(ctx, x, scale, eps):
+        y = x - x.mean(-1, keepdim=True)
+        r = torch.rsqrt((y * y).mean(-1, keepdim=True).add_(eps))
+        if scale is not None:
+            r = torch.where(scale.view(-1, 1, 1), r, torch.ones((), dtype=r.dtype))
+        y.mul_(r)
+        ctx.save_for_backward(y, r)
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        xhat, r = ctx.saved_tensors
+        b = (g * xhat).mean(-1, keepdim=True)
+        if ctx.scale is not None:
+            b = torch.where(ctx.scale.view(-1, 1, 1), b, torch.zeros((), dtype=b.dtype))
+        gx = g - g.mean(-1, keepdim=True)
+        return gx.sub_(xhat * b).mul_(r), None, None
+
+
+def _norm_linear(x: Tensor, w: Tensor, b: Tensor, scale: Tensor | None, W: Tensor,
+                 c: Tensor | None, transposed: bool = False) -> Tensor:
+    """LayerNorm of x (M, R, d) with per-model affine w, b (M, d) (``scale`` as in
+    :class:`_Standardise`), then the linear map W (M, out, d), c (M, out) or None: the
+    affine is folded into the map, W diag(w) and W b + c, so no pass over (M, R, d)
+    applies it. ``transposed``: return (M, out, R), and c must be None."""
+    xhat = _Standardise.apply(x, scale, 1e-5)
+    bias = torch.bmm(W, b[..., None])                                       # (M, out, 1)
+    if transposed:
+        return torch.baddbmm(bias, W * w[:, None, :], xhat.transpose(1, 2))
+    return _linear(xhat, W * w[:, None, :], bias[..., 0] if c is None else bias[..., 0] + c)
 
 
 def _linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
@@ -77,23 +113,16 @@ def _linear(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     return torch.baddbmm(b[:, None], x, w.transpose(1, 2))
 
 
-def _attention(x: Tensor, p: dict[str, Tensor], pre: str, B: int, T: int, H: int,
-               use_kernel: bool) -> Tensor:
-    """Causal multi-head attention of x (M, B T, d) -> (M, B T, d)."""
+def _attention(x: Tensor, p: dict[str, Tensor], pre: str, scale: Tensor, B: int, T: int,
+               H: int, use_kernel: bool) -> Tensor:
+    """ln1, then causal multi-head attention of x (M, B T, d) -> (M, B T, d)."""
     M, _, d = x.shape
-    dh = d // H
-    w = torch.cat([p[f"{pre}W_{n}.weight"] for n in "QKV"], 1)               # (M, 3d, d)
-    b = torch.cat([p[f"{pre}W_{n}.bias"] for n in "QKV"], 1)                 # (M, 3d)
-    qkv = _linear(x, w, b).view(M, B, T, 3, H, dh)
-    if use_kernel:   # the kernel's layout: (M B H, dh, T)
-        q, k, v = (qkv[:, :, :, i].permute(0, 1, 3, 4, 2).reshape(M * B * H, dh, T)
-                   for i in range(3))
-        z = _CausalAttention.apply(q, k, v).view(M, B, H, dh, T).permute(0, 1, 4, 2, 3)
-    else:
-        q, k, v = (qkv[:, :, :, i].permute(0, 1, 3, 2, 4) for i in range(3))  # (M,B,H,T,dh)
-        z = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(2, 3)
-    z = z.reshape(M, B * T, d)
-    return _linear(z, p[f"{pre}W_O.weight"], p[f"{pre}W_O.bias"])
+    w = torch.cat([p[f"{pre}attn.W_{n}.weight"] for n in "QKV"], 1)          # (M, 3d, d)
+    b = torch.cat([p[f"{pre}attn.W_{n}.bias"] for n in "QKV"], 1)            # (M, 3d)
+    qkv = _norm_linear(x, p[pre + "ln1.weight"], p[pre + "ln1.bias"], scale, w, b)
+    z = qkv_attention(qkv.view(M * B, T, 3, H, d // H), use_kernel)        # (M B, T, H, dh)
+    return _linear(z.reshape(M, B * T, d), p[f"{pre}attn.W_O.weight"],
+                   p[f"{pre}attn.W_O.bias"])
 
 
 def fused_losses(params: dict[str, Tensor], scale: Tensor, idx: Tensor, targets: Tensor,
@@ -116,12 +145,11 @@ def fused_losses(params: dict[str, Tensor], scale: Tensor, idx: Tensor, targets:
     n_layers = 1 + max(int(k.split(".")[1]) for k in params if k.startswith("blocks."))
     for i in range(n_layers):
         pre = f"blocks.{i}."
-        a = _norm(x, params[pre + "ln1.weight"], params[pre + "ln1.bias"], scale)
-        x = x + _attention(a, params, pre + "attn.", B, T, n_heads, use_kernel)
-        h = _norm(x, params[pre + "ln2.weight"], params[pre + "ln2.bias"], None)
-        h = F.gelu(_linear(h, params[pre + "mlp.0.weight"], params[pre + "mlp.0.bias"]))
+        x = x + _attention(x, params, pre, scale, B, T, n_heads, use_kernel)
+        h = F.gelu(_norm_linear(x, params[pre + "ln2.weight"], params[pre + "ln2.bias"], None,
+                                params[pre + "mlp.0.weight"], params[pre + "mlp.0.bias"]))
         x = x + _linear(h, params[pre + "mlp.2.weight"], params[pre + "mlp.2.bias"])
-    x = _norm(x, params["ln_final.weight"], params["ln_final.bias"], None)
-    logits = torch.bmm(x, W_E.transpose(1, 2))                              # (M, B T, V)
-    loss = F.cross_entropy(logits.flatten(0, 1), targets.reshape(-1), reduction="none")
-    return loss.view(M, B * T).mean(1)
+    # the logits as (M, V, B T): the log-softmax over V is then vectorised along B T
+    logits = _norm_linear(x, params["ln_final.weight"], params["ln_final.bias"], None,
+                          W_E, None, transposed=True)
+    return F.cross_entropy(logits, targets.reshape(M, B * T), reduction="none").mean(1)

@@ -5,19 +5,27 @@ training step is attention, and PyTorch's fused CPU kernel spends it on blocks b
 for large heads. Here each query row is one pass over its prefix of keys, with the
 scores in a row buffer that stays in the L1 cache: forward saves the output and the
 row's log-sum-exp; backward recomputes the probabilities (as flash attention does), so
-no (T, T) tensor ever exists. The C source below is compiled once per machine with the
-system's C compiler (``cc``; ``LNCOURSE_CC`` overrides) and loaded with ctypes; where
-none is found, :func:`causal_attention` falls back to
-``F.scaled_dot_product_attention``, the same function (tests hold them equal).
+no (T, T) tensor ever exists. The kernel reads q, k and v straight from the output of
+the QKV projection, (R, T, 3, H, dh), and writes the heads' outputs as (R, T, H, dh),
+the layout the output projection reads: no permuted copies. In float32 the exponential
+is a vectorised polynomial (``fexp2`` in :mod:`.kernel_source`; relative error 2.3e-7, four
+roundings of float); in float64 it is the C library's ``exp``. With AVX-512, float heads of size 2
+(Table 1's) run loops written with 16-lane intrinsics. Heads are split over
+``torch.get_num_threads()`` threads (ctypes releases the GIL during each call).
 
-Shapes: N independent heads (models x batch x heads), T positions, dh head size;
-q, k, v: (N, T, dh).
+The C source below is compiled once per machine with the system's C compiler (``cc``;
+``LNCOURSE_CC`` overrides) and loaded with ctypes; where none is found,
+:func:`causal_attention` falls back to ``F.scaled_dot_product_attention``, the same
+function (tests hold them equal).
+
+Shapes: R rows of a batch (models x batch), T positions, H heads, dh head size.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+from concurrent.futures import ThreadPoolExecutor
 import os
 import platform
 import subprocess
@@ -29,65 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["causal_attention", "kernel_available", "kernel_applies", "HEAD_SIZES"]
+from lncourse.selectability.kernel_source import SOURCE as _SOURCE
 
-# One C function per dtype: REAL is float or double. Layout (N, dh, T): a head's
-# coordinates are rows, so each inner loop runs over contiguous key positions.
-_SOURCE = r"""
-#include <math.h>
-/* Head size DH is a compile-time constant, so the loops over it unroll and each row is
-   two passes over its keys forward (scores and their maximum; exp, sum and the
-   weighted values) and one backward (everything at once). */
-#define DEF(NAME, REAL, EXP, LOG, DH)                                                 \
-void NAME##_fwd(long N, long T, REAL scale, const REAL *restrict q, const REAL *restrict k,            \
-                const REAL *restrict v, REAL *restrict o, REAL *restrict lse, REAL *restrict s) {                        \
-  for (long n = 0; n < N; n++) {                                                      \
-    const REAL *restrict K = k + n * DH * T, *restrict V = v + n * DH * T, *restrict Q = q + n * DH * T;         \
-    REAL *restrict O = o + n * DH * T;                                                         \
-    for (long i = 0; i < T; i++) {                                                    \
-      long m = i + 1; REAL qc[DH], acc[DH], mx = -INFINITY, l = 0;                    \
-      for (int c = 0; c < DH; c++) { qc[c] = Q[c * T + i] * scale; acc[c] = 0; }      \
-      for (long j = 0; j < m; j++) {                                                  \
-        REAL x = 0;                                                                   \
-        for (int c = 0; c < DH; c++) x += qc[c] * K[c * T + j];                       \
-        s[j] = x; mx = x > mx ? x : mx;                                               \
-      }                                                                               \
-      for (long j = 0; j < m; j++) {                                                  \
-        REAL p = EXP(s[j] - mx); l += p;                                              \
-        for (int c = 0; c < DH; c++) acc[c] += p * V[c * T + j];                      \
-      }                                                                               \
-      for (int c = 0; c < DH; c++) O[c * T + i] = acc[c] / l;                         \
-      lse[n * T + i] = mx + LOG(l);                                                   \
-    }                                                                                 \
-  }                                                                                   \
-}                                                                                     \
-void NAME##_bwd(long N, long T, REAL scale, const REAL *restrict q, const REAL *restrict k,            \
-                const REAL *restrict v, const REAL *restrict o, const REAL *restrict lse, const REAL *restrict go,       \
-                REAL *restrict gq, REAL *restrict gk, REAL *restrict gv) {                                      \
-  for (long n = 0; n < N; n++) {                                                      \
-    long off = n * DH * T;                                                            \
-    const REAL *restrict K = k + off, *restrict V = v + off, *restrict Q = q + off, *restrict O = o + off, *restrict G = go + off; \
-    REAL *restrict GQ = gq + off, *restrict GK = gk + off, *restrict GV = gv + off;                              \
-    for (long i = 0; i < T; i++) {                                                    \
-      long m = i + 1; REAL D = 0, L = lse[n * T + i], qc[DH], gc[DH], acc[DH];        \
-      for (int c = 0; c < DH; c++) {                                                  \
-        qc[c] = Q[c * T + i] * scale; gc[c] = G[c * T + i]; acc[c] = 0;               \
-        D += gc[c] * O[c * T + i]; }                                                  \
-      for (long j = 0; j < m; j++) {                                                  \
-        REAL x = 0, dp = 0;                                                           \
-        for (int c = 0; c < DH; c++) { x += qc[c] * K[c * T + j]; dp += gc[c] * V[c * T + j]; } \
-        REAL p = EXP(x - L), ds = p * (dp - D);                                       \
-        for (int c = 0; c < DH; c++) {                                                \
-          acc[c] += ds * K[c * T + j]; GK[c * T + j] += ds * qc[c];                   \
-          GV[c * T + j] += p * gc[c]; }                                               \
-      }                                                                               \
-      for (int c = 0; c < DH; c++) GQ[c * T + i] = acc[c] * scale;                    \
-    }                                                                                 \
-  }                                                                                   \
-}
-#define BOTH(DH) DEF(attn32_##DH, float, expf, logf, DH) DEF(attn64_##DH, double, exp, log, DH)
-BOTH(1) BOTH(2) BOTH(4) BOTH(8)
-"""
+__all__ = ["causal_attention", "qkv_attention", "kernel_available", "kernel_applies", "HEAD_SIZES"]
+
 # -ffast-math lets GCC call glibc's vector exp (libmvec); the loops never meet an
 # infinity or a NaN (each row reads only its own prefix). It is given to the compile
 # step only: linked with -ffast-math, a library sets flush-to-zero for the whole process
@@ -113,7 +66,7 @@ def _load() -> ctypes.CDLL | None:
         _LIB = False
         if os.environ.get("LNCOURSE_NO_KERNEL") or sys.platform == "win32":
             return None
-        key = hashlib.sha256((_SOURCE + " ".join(_FLAGS) + "split-link" + _cpu_model()
+        key = hashlib.sha256((_SOURCE + " ".join(_FLAGS) + "qkv-layout" + _cpu_model()
                               + platform.machine()).encode()).hexdigest()[:16]
         cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lncourse"
         lib = cache / f"attn_{key}.so"
@@ -155,36 +108,61 @@ def _ptr(t: Tensor):
 
 
 HEAD_SIZES = (1, 2, 4, 8)      # the head sizes the kernel is compiled for
+_POOL: ThreadPoolExecutor | None = None
 
 
-def _call(name: str, dtype: torch.dtype, *args) -> None:
-    lib = _load()
-    prefix = {torch.float32: "attn32", torch.float64: "attn64"}[dtype]
-    real = ctypes.c_float if dtype == torch.float32 else ctypes.c_double
-    N, T, dh, scale, *tensors = args
-    getattr(lib, f"{prefix}_{dh}_{name}")(ctypes.c_long(N), ctypes.c_long(T), real(scale),
-                                           *[_ptr(t) for t in tensors])
+def _call(name: str, qkv: Tensor, H: int, *tensors: Tensor) -> None:
+    """Run the kernel ``name`` on every head of ``qkv`` (R, T, 3, H, dh), the heads split
+    into one contiguous range per thread of ``torch.get_num_threads()``."""
+    global _POOL
+    R, T, _, _, dh = qkv.shape
+    real = ctypes.c_float if qkv.dtype == torch.float32 else ctypes.c_double
+    prefix = "attn32" if qkv.dtype == torch.float32 else "attn64"
+    fn = getattr(_load(), f"{prefix}_{dh}_{name}")
+    args = (ctypes.c_long(T), ctypes.c_long(H), real(dh ** -0.5), _ptr(qkv),
+            *[_ptr(t) for t in tensors])
+    N, workers = R * H, max(1, min(torch.get_num_threads(), R * H))
+    cuts = [N * w // workers for w in range(workers + 1)]
+    if workers == 1:
+        fn(ctypes.c_long(0), ctypes.c_long(N), *args)
+        return
+    if _POOL is None or _POOL._max_workers < workers:
+        _POOL = ThreadPoolExecutor(workers)
+    list(_POOL.map(lambda w: fn(ctypes.c_long(cuts[w]), ctypes.c_long(cuts[w + 1]), *args),
+                   range(workers)))
 
 
-class _CausalAttention(torch.autograd.Function):
+class _QKVAttention(torch.autograd.Function):
+    """qkv (R, T, 3, H, dh), contiguous -> the heads' outputs (R, T, H, dh)."""
+
     @staticmethod
-    def forward(ctx, q, k, v):                       # (N, dh, T) each, contiguous
-        N, dh, T = q.shape
-        o = torch.empty_like(q)
-        lse = torch.empty(N, T, dtype=q.dtype)
-        row = torch.empty(T, dtype=q.dtype)                  # the scores of one row
-        _call("fwd", q.dtype, N, T, dh, dh ** -0.5, q, k, v, o, lse, row)
-        ctx.save_for_backward(q, k, v, o, lse)
+    def forward(ctx, qkv, H):
+        R, T, _, _, dh = qkv.shape
+        o = torch.empty(R, T, H, dh, dtype=qkv.dtype)
+        lse = torch.empty(R * H, T, dtype=qkv.dtype)
+        _call("fwd", qkv, H, o, lse)
+        ctx.save_for_backward(qkv, o, lse)
+        ctx.H = H
         return o
 
     @staticmethod
     def backward(ctx, go):
-        q, k, v, o, lse = ctx.saved_tensors
-        N, dh, T = q.shape
-        go = go.contiguous()
-        gq, gk, gv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        _call("bwd", q.dtype, N, T, dh, dh ** -0.5, q, k, v, o, lse, go, gq, gk, gv)
-        return gq, gk, gv
+        qkv, o, lse = ctx.saved_tensors
+        gqkv = torch.empty_like(qkv)
+        _call("bwd", qkv, ctx.H, o, lse, go.contiguous(), gqkv)
+        return gqkv, None
+
+
+def qkv_attention(qkv: Tensor, use_kernel: bool = True) -> Tensor:
+    """Causal attention of the heads packed in ``qkv`` (R, T, 3, H, dh) (the QKV
+    projection's output, viewed) -> (R, T, H, dh). The kernel where it applies, else
+    ``scaled_dot_product_attention``. Differentiable either way."""
+    if qkv.dim() != 5 or qkv.shape[2] != 3:
+        raise ValueError(f"qkv must be (R, T, 3, H, dh), got {tuple(qkv.shape)}")
+    if use_kernel and kernel_applies(qkv):
+        return _QKVAttention.apply(qkv.contiguous(), qkv.shape[3])
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))             # (R, H, T, dh)
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
 
 
 def causal_attention(q: Tensor, k: Tensor, v: Tensor, use_kernel: bool = True) -> Tensor:
@@ -197,6 +175,5 @@ def causal_attention(q: Tensor, k: Tensor, v: Tensor, use_kernel: bool = True) -
         raise ValueError(f"q, k, v must share one shape (N, T, dh), got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     if use_kernel and kernel_applies(q):
-        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-        return _CausalAttention.apply(qt, kt, vt).transpose(1, 2)
+        return qkv_attention(torch.stack([q, k, v], 2)[:, :, :, None])[:, :, 0]
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -5,7 +5,8 @@ one loop. Model m reads the windows of its data seed, drawn exactly as
 :func:`lncourse.lm.train_lm` draws them for that seed, so each model's history and
 weights are those it would have trained alone (the tests hold them equal in float64);
 models that share a seed share their windows. With a checkpoint path it saves its state
-at every evaluation and resumes an interrupted run to the same history; it also keeps
+at every evaluation and resumes an interrupted run to the same history (a checkpoint of
+another :data:`~lncourse.selectability.fused.NUMERICS` is refused); it also keeps
 the weights at ``snapshot_steps`` (what the fraction-against-step curve is measured on).
 Shapes: token streams (N,); windows (M, B, T).
 """
@@ -23,7 +24,7 @@ from lncourse.checkpoint import load_checkpoint, save_checkpoint
 from lncourse.lm import TRACE_STEPS, data_fingerprint, describe_model
 from lncourse.progress import progress as progress_bar
 from lncourse.rng import check_seed
-from lncourse.selectability.fused import fused_losses, scaling_flags, stack_models
+from lncourse.selectability.fused import NUMERICS, fused_losses, scaling_flags, stack_models
 from lncourse.text import sample_batch
 from lncourse.transformer import GPT
 
@@ -86,7 +87,7 @@ def train_fused(models: list[GPT], seeds: list[int], train_ids: Tensor, test_ids
               "steps": steps, "eval_every": eval_every, "eval_batches": eval_batches,
               "seeds": list(seeds), "data": data_fingerprint(train_ids, test_ids),
               "models": [describe_model(m) for m in models],
-              "snapshot_steps": list(snapshot_steps)}
+              "snapshot_steps": list(snapshot_steps), "numerics": NUMERICS}
     opt = torch.optim.AdamW(list(params.values()), lr=lr, weight_decay=0.0)
     gens = {s: torch.Generator().manual_seed(s) for s in dict.fromkeys(seeds)}
     M = len(models)

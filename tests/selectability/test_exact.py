@@ -236,3 +236,32 @@ def test_verification_rejects_wrong_certificates():
     bad_w[0, 3] = [0.5, 0.5, 0.0, 0.0]              # reproduces (1, 0), not (0.5, 0.5)
     with pytest.raises(RuntimeError, match="convex weights"):
         sl._verify(Kc, same, tol, res.selectable, res.queries, bad_w)
+
+
+def test_long_contexts_agree_with_qhull_and_use_column_generation():
+    """n = 300 keys (the one-set walk by matrix products, n >= 256) in 6 dimensions,
+    stretched so the hull is anisotropic: Qhull's vertices, every certificate valid, and
+    nearly all keys past the walk certified by the warm-started column generation."""
+    rng = np.random.default_rng(11)
+    K = rng.normal(size=(300, 6)) * np.array([5.0, 2.0, 1.0, 1.0, 0.5, 0.2])
+    res = selectability(K)
+    np.testing.assert_array_equal(res.selectable, hull_vertices(K))
+    assert_certificates(K, res)
+    counts = res.method_counts()
+    assert counts["nnls"] > 50 and counts["lp"] == 0
+
+
+def test_column_generation_alone_certifies_both_kinds():
+    from lncourse.selectability.search import column_generation
+    K = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 2.0], [1.0, 1.0], [3.0, 1.0]])
+    Kc = K - K.mean(0)
+    same = np.eye(6, dtype=bool)
+    start = np.array([0, 1])                  # from two columns, it must grow
+    for i, kind in ((4, "weights"), (5, "query")):
+        cert, _ = column_generation(Kc, same[i], i, 1.0, 1e-12, start, sl.nnls)
+        assert cert[0] == kind
+        if kind == "weights":
+            np.testing.assert_allclose(cert[1] @ Kc, Kc[i], atol=1e-12)
+        else:
+            q = cert[1]
+            assert q @ Kc[i] > np.delete(Kc @ q, i).max()
