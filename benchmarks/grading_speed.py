@@ -11,7 +11,7 @@ exercise 1.2. Each path grades it ``--rounds`` times, the paths alternating, eac
 fresh ``python -m lncourse.grading.grade`` (``--fresh-learners`` for the old path). Wall
 times are what a teacher waits; the load average before and after each run is stored with
 it, since other work on the machine slows both paths. The infinite loop's exercise alone
-takes ``--timeout`` seconds (the grader's default, 60 s, unless given), so the class can
+takes ``--timeout`` seconds (the grader's default, 30 s, unless given), so the class can
 never take less; ``--timeout`` is passed to both paths.
 """
 
