@@ -9,7 +9,8 @@ prints, per model its loss curves and final test loss, Tables 1 and 2 per layer 
 largest n, the curves against n and the Gaussian proxy, the LayerNorm's guard (smallest
 variance over ε, smallest |γ|), the diagnostics at the largest n, the training curve, the
 glued numbers of the discussion of the gap to Table 1 (:func:`report.gap_summary`, its
-stored part); for the seeded runs the table with its bootstrap intervals, the curves
+stored part) and the text and verdict of each claim
+(:func:`lncourse.selectability.claims.lm_claims`); for the seeded runs the table with its bootstrap intervals, the curves
 against the step and the text of every claim. What this build computes itself (its fast
 run, the random-direction column, the Gaussian CVs drawn here) is not in it. The ledger
 ``results/selectability/reported.json`` holds them, written by::
@@ -30,6 +31,7 @@ import numpy as np
 from lncourse.claims import write_ledger
 from lncourse.results import RESULTS_DIR, command_line, describe, load_result
 from lncourse.selectability import report, seeds_measure
+from lncourse.selectability.claims import lm_claims
 
 __all__ = ["SOURCES", "load_runs", "reported", "main"]
 
@@ -96,7 +98,8 @@ def reported(stored: dict, stored_bpe: dict, seeds: dict) -> dict:
                            "gaussian": 100 * np.mean(stored["proxy"][str(dim)][-1])}
     return {"lm_paper": _lm_run(stored), "lm_quick_bpe": _lm_run(stored_bpe),
             "gap": {k: v for k, v in gap.items() if not k.startswith("fast_")},
-            "lengths_or_directions": structure, "seeds_table1": _seeds(seeds)}
+            "lengths_or_directions": structure, "seeds_table1": _seeds(seeds),
+            "claims": {c.key: c for c in lm_claims(stored, stored_bpe)}}
 
 
 def main(argv: list[str] | None = None):

@@ -65,3 +65,46 @@ def test_an_edited_stored_number_fails_the_ledger(runs, what):
     """The guard bites: an edit of one stored value the chapter reports (cells no weight
     test recomputes among them: a later context, a middle layer) is a difference."""
     assert C.compare(L.reported(**_edit(runs, what)), C.load_ledger(LEDGER)), what
+
+
+def test_chapter2_claims_hold_for_the_stored_runs(runs):
+    from lncourse.selectability.claims import lm_claims
+    from lncourse.selectability.seeds_measure import claims as seed_claims
+    got = lm_claims(runs["stored"], runs["stored_bpe"]) + seed_claims(runs["seeds"])
+    assert not C.check_claims(got), C.check_claims(got)
+
+
+def test_each_claim_fails_on_contrary_numbers(runs):
+    """Each claim of lncourse.selectability.claims turns False when the stored run says
+    otherwise; the sentence on the gap to Table 1 reads right on either side of it."""
+    from lncourse.selectability.claims import lm_claims
+
+    def verdicts(r):
+        return {c.key: c for c in lm_claims(r["stored"], r["stored_bpe"])}
+
+    r = copy.deepcopy(runs)
+    r["stored"]["models"][FULL]["sweep"]["after"][3][0][2] = 0.01   # a full-LN key inside
+    assert verdicts(r)["full_ln_zero"].holds is False
+    r = copy.deepcopy(runs)
+    for layer in r["stored_bpe"]["models"][NO_SCALING]["sweep"]["after"]:
+        for ctx in layer:
+            ctx[-1] = 0.0                                   # the share falls at the last n
+    assert verdicts(r)["grows_with_context"].holds is False
+    r = copy.deepcopy(runs)
+    for label in (NO_SCALING, FULL):
+        for q in ("after", "before"):
+            for layer in r["stored"]["models"][label]["sweep"][q]:
+                for ctx in layer:
+                    ctx[-1] = 0.9                           # above the Gaussian points
+    v = verdicts(r)
+    assert v["below_gaussian"].holds is False
+    r = copy.deepcopy(runs)
+    for layer in r["stored"]["models"][NO_SCALING]["sweep"]["after"]:
+        for ctx in layer:
+            ctx[-1] = 0.2                        # below Table 1's average at n = 1,024
+    assert "remain at n = 1,024" in verdicts(r)["context_closes_gap"].text
+    assert "above that average" in verdicts(runs)["context_closes_gap"].text
+    for layer in r["stored"]["models"][NO_SCALING]["sweep"]["after"]:
+        for ctx in layer:
+            ctx[-1] = ctx[2] = 0.05              # no longer contexts than n = 128 help
+    assert verdicts(r)["context_closes_gap"].holds is False
