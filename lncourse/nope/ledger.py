@@ -9,7 +9,8 @@ and its baseline, per kind the means, standard deviations and 95% intervals per 
 the slope and the mean over depths 1 ... K with their intervals, and the text and
 verdict of each claim on Figure 2; per seed and row of the ablation its errors, the
 table's cells (mean and interval over seeds), the claims, the glued deepest means, the
-baselines; the benchmark's speed-ups and bfloat16's feature error per depth. The ledger
+baselines; the chapter's own sentences on them (:func:`verdict.page_claims`); the
+benchmark's speed-ups and bfloat16's feature error per depth. The ledger
 ``results/nope/reported.json`` holds them, written by::
 
     python -m lncourse.nope.ledger
@@ -79,10 +80,15 @@ def _ablation(abl: dict) -> dict:
                        + verdict.below_baseline_claims(abl)}}
 
 
+def _page(probe: dict, abl: dict) -> dict:
+    return {c.key: c for c in verdict.page_claims(probe, abl)}
+
+
 def reported(probe: dict, ablation: dict, features: dict) -> dict:
     """Every number chapter 4 reports from these stored files (see the module's
     docstring)."""
     return {"probe_paper": _probe(probe), "ablation_cpu": _ablation(ablation),
+            "page_claims": _page(probe, ablation),
             "features_benchmark": {
                 "describe": describe(features),
                 "speedup_per_cpu_hour": features["speedup_per_cpu_hour"],

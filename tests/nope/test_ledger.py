@@ -52,3 +52,32 @@ def _edit(runs, what):
                                   "bfloat16 error"])
 def test_an_edited_stored_number_fails_the_ledger(runs, what):
     assert C.compare(L.reported(**_edit(runs, what)), C.load_ledger(LEDGER)), what
+
+
+def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
+    from lncourse.nope import verdict
+    got = verdict.page_claims(runs["probe"], runs["ablation"])
+    assert not C.check_claims(got), [c.text for c in got if not c.holds]
+
+
+def test_each_sentence_fails_on_contrary_numbers(runs):
+    from lncourse.nope import verdict
+
+    def holds(r):
+        return {c.key: c.holds for c in verdict.page_claims(r["probe"], r["ablation"])}
+
+    r = copy.deepcopy(runs)
+    for i, m in enumerate(r["probe"]["results"]["causal"]):
+        m["mae"] = [m["mae"][0]] + [140.0 - (3 + 0.1 * i) * k for k in range(1, 13)]
+    assert holds(r)["no_trend"] is False                      # a clear fall with depth
+    r = copy.deepcopy(runs)
+    for m in r["probe"]["results"]["causal"]:
+        m["mae"][0] = 120.0 + m["seed"] * 0.1                 # depth 0 below the baseline
+    assert holds(r)["depth0_above_baseline"] is False
+    r = copy.deepcopy(runs)
+    for i, m in enumerate(r["ablation"]["runs"]):
+        m["mae"]["base"][-1] = 60.0 + i                       # the classifier learned it
+        m["mae"]["64_positions"][-1] = 200.0 + i
+    got = holds(r)
+    assert got["classifier_not_below"] is False and got["form_resolved"] is False
+    assert got["none_below_baseline"] is False
