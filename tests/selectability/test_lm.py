@@ -207,8 +207,9 @@ def test_stored_final_loss_and_largest_n_cells_recompute(path):
 @pytest.mark.parametrize("path", STORED, ids=[p.stem for p in STORED])
 def test_stored_largest_n_cells_all_recompute(path):
     """Every cell of the sweep, every context and every n, from the stored weights (slow:
-    about 100 s of one core for lm_paper at the largest n, as much again for the smaller
-    ones; the ledger, tests/selectability/test_ledger.py, guards them in the fast suite)."""
+    249 s of wall time for lm_paper, 8 s for lm_quick_bpe, measured at load 10 on the
+    shared 2-core machine; the ledger, tests/selectability/test_ledger.py, guards them in
+    the fast suite)."""
     result = load_result(path)
     contexts = torch.tensor(result["contexts"])
     ns = list(result["config"]["sweep"])
