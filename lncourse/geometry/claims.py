@@ -15,7 +15,8 @@ import numpy as np
 
 from lncourse.claims import Claim
 
-__all__ = ["epsilon_claim", "variance_claim", "folding_claim", "require"]
+__all__ = ["epsilon_claim", "variance_claim", "two_pass_bfloat16_claim", "folding_claim",
+           "require"]
 
 
 def epsilon_claim(errors: dict[tuple[int, float], tuple[float, float]]) -> Claim:
@@ -46,6 +47,19 @@ def variance_claim(offsets: np.ndarray, errors: dict[str, np.ndarray], at: int) 
         f"{one:.2g} or more in float16 and bfloat16, the two-pass one by {two:.1e} or "
         f"less.", holds, {"one_pass_worst_low_precision": one,
                           "two_pass_worst_low_precision": two, "at_mean": float(offsets[at])})
+
+
+def two_pass_bfloat16_claim(offsets: np.ndarray, errors: dict[str, np.ndarray], at: int) -> Claim:
+    """The variance figure's caption: "in bfloat16 [the two-pass formula's] error also
+    rises with the mean": its largest error from the mean ``offsets[at]`` on is at least
+    10 times its largest error at the three smallest means (NaN, a variance rounded to
+    zero, left out)."""
+    two = np.asarray(errors["two-pass, bfloat16"], dtype=float)
+    small, large = float(np.nanmax(two[:3])), float(np.nanmax(two[at:]))
+    return Claim("two_pass_bfloat16_rises",
+                 f"In bfloat16 the two-pass variance's relative error rises from {small:.1e} "
+                 f"at the smallest means to {large:.2g} at mean {offsets[at]:,.0f} and above.",
+                 large >= 10 * small and large > 0, {"small_means": small, "large_means": large})
 
 
 def folding_claim(score_gaps: list[float], score_scale: float) -> Claim:

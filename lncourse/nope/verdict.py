@@ -6,7 +6,8 @@ trend (per seed, the least-squares slope of the error against depth over depths
 1 ... K; then its mean and interval over seeds). :func:`claims` states the comparison
 with Chi et al.'s Figure 2 and the ablation's readings, each with the numbers it rests on
 and whether it holds (None while too few models have finished), in the pattern of
-:func:`lncourse.majority.verdict.claims`.
+:func:`lncourse.majority.verdict.claims`. :func:`page_claims` are the chapter's own
+sentences about the stored probe run and the ablation, checked the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from lncourse.claims import Claim
 from lncourse.summary import paired_interval
 
 __all__ = ["summary", "depth_slope", "claims", "ablation_claims", "below_baseline_claims",
-           "uniform_guess", "HYPOTHESES"]
+           "uniform_guess", "page_claims", "HYPOTHESES"]
 
 
 def depth_slope(mae) -> float:
@@ -151,3 +152,35 @@ def ablation_claims(ablation: dict) -> list[Claim]:
         out.append(Claim(f"ablation_{row}", f"{text} (paired difference to the base probe, "
                          f"{len(runs)} seeds: {detail}).", bool(holds)))
     return out
+
+
+def page_claims(stored: dict, ablation: dict) -> list[Claim]:
+    """The sentences chapter 4 states about the stored probe run (``mae``, the regression
+    probe) and the ablation, each checked: no trend with depth, the error after 0 layers
+    above the baseline, the classifier not below it, the probe's form the one choice whose
+    effect the intervals resolve, and no probe significantly below the baseline."""
+    c = summary(stored, key="mae")["causal"]
+    base = stored["results"]["causal"][0]["baseline"]
+    slope, lo0 = c["slope"], c["ci"][0]
+    runs, depths = ablation["runs"], ablation["config"]["depths"]
+    deep = paired_interval(np.array([r["mae"]["base"][-1] for r in runs]))
+    resolved = sorted(k.key.removeprefix("ablation_") for k in ablation_claims(ablation)
+                      if k.holds)
+    below = [k.key.removeprefix("below_") for k in below_baseline_claims(ablation) if k.holds]
+    return [
+        Claim("no_trend", f"The causal probe's error has no trend with depth: "
+              f"{_ci(slope, '{:+.2f}')} positions per layer.", slope[1] < 0 < slope[2]),
+        Claim("depth0_above_baseline", f"After 0 layers the causal probe's error is "
+              f"{c['mae'][0]:.1f} [{lo0[0]:.1f}, {lo0[1]:.1f}], above the baseline "
+              f"{base:.0f}.", lo0[0] > base),
+        Claim("classifier_not_below", f"At depth {depths[-1]} the paper's classifier "
+              f"averages {_ci(deep)}, not below the {ablation['baseline']:.0f} of guessing "
+              "the middle.", deep[2] >= ablation["baseline"]),
+        Claim("form_resolved", "Of the ablation's choices, the intervals resolve the "
+              f"effect of the probe's form only (hypotheses that hold: {', '.join(resolved)}; "
+              "bfloat16 is the check that nothing changes).",
+              resolved == ["base_bfloat16", "regression"]),
+        Claim("none_below_baseline", "No probe of the ablation is significantly below "
+              f"guessing the middle at depth {depths[-1]} (below: {below or 'none'}).",
+              not below),
+    ]

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lncourse.geometry.claims import epsilon_claim, folding_claim, require, variance_claim
+from lncourse.geometry.claims import (epsilon_claim, folding_claim, require,
+                                       two_pass_bfloat16_claim, variance_claim)
 
 
 def _epsilon_errors(seed=0):
@@ -63,6 +64,15 @@ def test_variance_claim_holds_for_the_chapter_and_fails_if_two_pass_also_loses()
     swapped = {k.replace("one-pass", "x").replace("two-pass", "one-pass").replace("x", "two-pass"): v
                for k, v in errors.items()}
     assert variance_claim(offsets, swapped, at).holds is False
+
+
+def test_two_pass_bfloat16_claim_holds_and_fails_if_its_error_stays_flat():
+    offsets, errors = _variance_errors()
+    at = int(np.argmin(np.abs(offsets - 100)))
+    assert require(two_pass_bfloat16_claim(offsets, errors, at)).holds
+    flat = dict(errors)
+    flat["two-pass, bfloat16"] = np.full(len(offsets), 1e-3)
+    assert two_pass_bfloat16_claim(offsets, flat, at).holds is False
 
 
 def test_folding_claim_and_require():

@@ -1,0 +1,115 @@
+"""Every number chapter 4 reports from its stored files, and its ledger (chapter 4).
+
+:func:`reported` recomputes, from ``nope/probe_paper.json`` (the position probe at the
+paper's size), ``nope/ablation_cpu.json`` (what each choice of the probe does) and
+``nope/features_benchmark.json`` (labelled positions per CPU-hour), each number the
+chapter prints, plots or glues from them: the line that says what ran
+(:func:`lncourse.results.describe`); per model of the probe run its error at every depth
+and its baseline, per kind the means, standard deviations and 95% intervals per depth,
+the slope and the mean over depths 1 ... K with their intervals, and the text and
+verdict of each claim on Figure 2; per seed and row of the ablation its errors, the
+table's cells (mean and interval over seeds), the claims, the glued deepest means, the
+baselines; the chapter's own sentences on them (:func:`verdict.page_claims`); the
+benchmark's speed-ups and bfloat16's feature error per depth. The ledger
+``results/nope/reported.json`` holds them, written by::
+
+    python -m lncourse.nope.ledger
+
+and ``tests/nope/test_ledger.py`` recomputes them and compares (:mod:`lncourse.claims`):
+editing any stored value they depend on, or the ledger, fails. The ablation's errors are
+recomputed from its stored held-out predictions as well
+(``tests/nope/test_stream.py``); the probe run stores neither predictions nor probe
+weights, so its errors are guarded by the ledger and the replay of its first steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from lncourse.claims import write_ledger
+from lncourse.nope import probe, verdict
+from lncourse.results import RESULTS_DIR, command_line, describe, load_result
+from lncourse.summary import paired_interval
+
+__all__ = ["SOURCES", "load_runs", "reported", "main"]
+
+SOURCES = {"probe": "nope/probe_paper", "ablation": "nope/ablation_cpu",
+           "features": "nope/features_benchmark"}
+LEDGER = "nope/reported"
+
+
+def load_runs() -> dict:
+    """The stored files chapter 4 reads: {"probe", "ablation", "features"} -> result."""
+    return {key: load_result(name) for key, name in SOURCES.items()}
+
+
+def _probe(stored: dict) -> dict:
+    return {"describe": describe(stored),
+            "config": {k: stored["config"][k] for k in ("train_seqs", "positions_per_seq",
+                                                        "n_layers", "seq_len")},
+            "per_model": {kind: {str(r["seed"]): {"mae": r["mae"], "baseline": r["baseline"]}
+                                 for r in runs} for kind, runs in stored["results"].items()},
+            "summarize": probe.summarize(stored["results"]),
+            "summary": {k: {kk: vv for kk, vv in v.items() if kk != "per_seed"}
+                        for k, v in verdict.summary(stored, key="mae").items()},
+            "claims": {c.key: c for c in verdict.claims(stored, key="mae")}}
+
+
+def _ablation(abl: dict) -> dict:
+    runs, cfg = abl["runs"], abl["config"]
+    table = {}
+    for row in runs[0]["mae"]:
+        cells = []
+        for i in range(len(cfg["depths"])):
+            v = np.array([r["mae"][row][i] for r in runs])
+            cells.append({"mean": v.mean(), "interval": paired_interval(v) if len(v) > 1
+                          else None})
+        table[row] = cells
+    return {"describe": describe(abl), "complete": abl["complete"],
+            "config": {k: cfg[k] for k in ("depths", "seeds", "train_seqs", "eval_seqs",
+                                           "updates", "update_positions", "hidden",
+                                           "seq_len")},
+            "baseline": abl["baseline"], "uniform_guess": verdict.uniform_guess(cfg["seq_len"]),
+            "per_seed": {str(r["seed"]): r["mae"] for r in runs}, "table": table,
+            "deepest_mean": {row: float(np.mean([r["mae"][row][-1] for r in runs]))
+                             for row in runs[0]["mae"]},
+            "claims": {c.key: c for c in verdict.ablation_claims(abl)
+                       + verdict.below_baseline_claims(abl)}}
+
+
+def _page(probe: dict, abl: dict) -> dict:
+    return {c.key: c for c in verdict.page_claims(probe, abl)}
+
+
+def reported(probe: dict, ablation: dict, features: dict) -> dict:
+    """Every number chapter 4 reports from these stored files (see the module's
+    docstring)."""
+    return {"probe_paper": _probe(probe), "ablation_cpu": _ablation(ablation),
+            "page_claims": _page(probe, ablation),
+            "features_benchmark": {
+                "describe": describe(features),
+                "speedup_per_cpu_hour": features["speedup_per_cpu_hour"],
+                "bfloat16_relative_feature_error_per_depth":
+                    features["bfloat16_relative_feature_error_per_depth"]}}
+
+
+def main(argv: list[str] | None = None):
+    """``python -m lncourse.nope.ledger``: write the ledger of chapter 4."""
+    parser = argparse.ArgumentParser(prog="python -m lncourse.nope.ledger",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="write from a modified checkout (refused otherwise)")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    numbers = reported(**load_runs())
+    return write_ledger(RESULTS_DIR / f"{LEDGER}.json", numbers,
+                        {"sources": {k: f"{v}.json" for k, v in SOURCES.items()}},
+                        command_line("lncourse.nope.ledger", argv),
+                        time.perf_counter() - t0, allow_dirty=args.allow_dirty)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Every number chapter 5 reports from its stored file, and its ledger (chapter 5).
+
+:func:`reported` recomputes, from ``norms/real_paper.json`` (SmolLM2-135M and MiniLM on 32
+passages), each number the chapter prints, plots or glues from it: the line that says
+what ran (:func:`lncourse.results.describe`), per model its width, its norms' names and,
+per statistic and norm, the mean over passages with its 95% interval (recomputed from
+the stored per-passage values, :func:`lncourse.norms.real.summarize`), the glued
+summaries (ratios to the chance level, counts of norms whose interval lies below or above
+a level, growth, massive activations, slope ratios) and every claim of
+:func:`lncourse.norms.verdict.claims`. The ledger ``results/norms/reported.json`` holds
+them, written by::
+
+    python -m lncourse.norms.ledger
+
+and ``tests/norms/test_ledger.py`` recomputes them and compares (:mod:`lncourse.claims`):
+editing any stored value they depend on (a per-passage value, a summary, the width), or
+the ledger, fails. ``tests/norms/test_real.py`` recomputes the per-passage values
+themselves from the models (the first and the last passage; all in its slow test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from lncourse.claims import write_ledger
+from lncourse.norms import real, verdict
+from lncourse.norms.hidden import STATS, chance_abs_cos
+from lncourse.results import RESULTS_DIR, command_line, describe, load_result
+
+__all__ = ["SOURCE", "reported", "main"]
+
+SOURCE = "norms/real_paper"
+LEDGER = "norms/reported"
+
+
+def _model(m: dict) -> dict:
+    s = {stat: real.summarize(np.asarray(m["per_passage"][stat])) for stat in STATS}
+    chance = chance_abs_cos(m["d"])
+    ratio = np.asarray(s["abs_cos_ones"]["mean"]) / chance
+    random = np.asarray(s["abs_cos_random"]["mean"])
+    norm = np.asarray(s["norm"]["mean"])
+    return {"d": m["d"], "names": m["names"], "summary": s, "chance_abs_cos": chance,
+            "ratio_to_chance": {"median": np.median(ratio), "min": ratio.min(),
+                                "max": ratio.max()},
+            "below_random": int((np.asarray(s["abs_cos_ones"]["high"]) < random).sum()),
+            "above_random": int((np.asarray(s["abs_cos_ones"]["low"]) > random).sum()),
+            "cos2_median_pct": 100 * np.median(s["cos2_ones"]["mean"]),
+            "cos2_times_d": {"median": np.median(s["cos2_ones"]["mean"]) * m["d"],
+                             "max": max(s["cos2_ones"]["mean"]) * m["d"]},
+            "growth": norm[-1] / norm[0], "token0_largest_norm": max(s["norm_token0"]["mean"]),
+            "massive_token0": max(s["massive_token0"]["mean"]),
+            "massive_rest": max(s["massive_rest"]["mean"]),
+            "rms_spread_median": np.median(s["rms_spread"]["mean"]),
+            **{f"{stat}_median": np.median(s[stat]["mean"]) for stat in ("saturation",
+                                                                         "saturation_rest")},
+            **{f"{stat}_below_1": int((np.asarray(s[stat]["high"]) < 1).sum())
+               for stat in ("saturation", "saturation_rest")},
+            "strongest_bend": {"norm": m["names"][int(np.argmin(s["saturation"]["mean"]))],
+                               "ratio": min(s["saturation"]["mean"]),
+                               "without_token0": s["saturation_rest"]["mean"][
+                                   int(np.argmin(s["saturation"]["mean"]))]}}
+
+
+def reported(stored: dict) -> dict:
+    """Every number chapter 5 reports from the stored file (see the module's docstring);
+    the summaries are recomputed from the per-passage values, so an edit of either shows."""
+    return {"describe": describe(stored), "n_passages": stored["config"]["n_passages"],
+            "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
+            "models": {k: _model(m) for k, m in stored["models"].items()},
+            "claims": {text: holds for text, holds in verdict.claims(stored).items()}}
+
+
+def main(argv: list[str] | None = None):
+    """``python -m lncourse.norms.ledger``: write the ledger of chapter 5."""
+    parser = argparse.ArgumentParser(prog="python -m lncourse.norms.ledger",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="write from a modified checkout (refused otherwise)")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    numbers = reported(load_result(SOURCE))
+    return write_ledger(RESULTS_DIR / f"{LEDGER}.json", numbers,
+                        {"sources": {"stored": f"{SOURCE}.json"}},
+                        command_line("lncourse.norms.ledger", argv),
+                        time.perf_counter() - t0, allow_dirty=args.allow_dirty)
+
+
+if __name__ == "__main__":
+    main()

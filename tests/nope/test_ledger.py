@@ -1,0 +1,83 @@
+"""Every number chapter 4 reports from its stored files, recomputed and compared with its
+ledger (results/nope/reported.json; lncourse.nope.ledger): editing a stored value that a
+reported number depends on, or the ledger, fails
+test_every_reported_number_matches_the_ledger. The ablation's errors are also recomputed
+from their stored predictions (test_stream.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from lncourse import claims as C
+from lncourse.nope import ledger as L
+from lncourse.results import RESULTS_DIR
+
+LEDGER = RESULTS_DIR / "nope" / "reported.json"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return L.load_runs()
+
+
+def test_every_reported_number_matches_the_ledger(runs):
+    differences = C.compare(L.reported(**runs), C.load_ledger(LEDGER))
+    assert not differences, ("chapter 4's numbers differ from results/nope/reported.json "
+                             "(a stored file or the ledger was changed; if a new run is "
+                             "meant, rewrite it: python -m lncourse.nope.ledger):\n  "
+                             + "\n  ".join(differences[:20]))
+
+
+def _edit(runs, what):
+    runs = copy.deepcopy(runs)
+    if what == "deepest probe error":               # the issue's edit
+        runs["probe"]["results"]["causal"][2]["mae"][-1] = 40.0
+    elif what == "bidirectional depth 6":
+        runs["probe"]["results"]["bidirectional"][1]["mae"][6] += 0.5
+    elif what == "ablation cell":
+        runs["ablation"]["runs"][1]["mae"]["quarter_sequences"][1] += 0.5
+    elif what == "ablation baseline":
+        runs["ablation"]["baseline"] = 100.0
+    elif what == "speed-up":
+        runs["features"]["speedup_per_cpu_hour"]["new_all_positions_bfloat16"] = 20.0
+    elif what == "bfloat16 error":
+        runs["features"]["bfloat16_relative_feature_error_per_depth"][-1] = 0.02
+    return runs
+
+
+@pytest.mark.parametrize("what", ["deepest probe error", "bidirectional depth 6",
+                                  "ablation cell", "ablation baseline", "speed-up",
+                                  "bfloat16 error"])
+def test_an_edited_stored_number_fails_the_ledger(runs, what):
+    assert C.compare(L.reported(**_edit(runs, what)), C.load_ledger(LEDGER)), what
+
+
+def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
+    from lncourse.nope import verdict
+    got = verdict.page_claims(runs["probe"], runs["ablation"])
+    assert not C.check_claims(got), [c.text for c in got if not c.holds]
+
+
+def test_each_sentence_fails_on_contrary_numbers(runs):
+    from lncourse.nope import verdict
+
+    def holds(r):
+        return {c.key: c.holds for c in verdict.page_claims(r["probe"], r["ablation"])}
+
+    r = copy.deepcopy(runs)
+    for i, m in enumerate(r["probe"]["results"]["causal"]):
+        m["mae"] = [m["mae"][0]] + [140.0 - (3 + 0.1 * i) * k for k in range(1, 13)]
+    assert holds(r)["no_trend"] is False                      # a clear fall with depth
+    r = copy.deepcopy(runs)
+    for m in r["probe"]["results"]["causal"]:
+        m["mae"][0] = 120.0 + m["seed"] * 0.1                 # depth 0 below the baseline
+    assert holds(r)["depth0_above_baseline"] is False
+    r = copy.deepcopy(runs)
+    for i, m in enumerate(r["ablation"]["runs"]):
+        m["mae"]["base"][-1] = 60.0 + i                       # the classifier learned it
+        m["mae"]["64_positions"][-1] = 200.0 + i
+    got = holds(r)
+    assert got["classifier_not_below"] is False and got["form_resolved"] is False
+    assert got["none_below_baseline"] is False

@@ -1,0 +1,50 @@
+"""Every number chapter 5 reports from its stored file, recomputed and compared with its
+ledger (results/norms/reported.json; lncourse.norms.ledger): editing a stored value that a
+reported number depends on, or the ledger, fails
+test_every_reported_number_matches_the_ledger. The per-passage values themselves are
+recomputed from the models by test_real.py."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from lncourse import claims as C
+from lncourse.norms import ledger as L
+from lncourse.results import RESULTS_DIR, load_result
+
+LEDGER = RESULTS_DIR / "norms" / "reported.json"
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return load_result(L.SOURCE)
+
+
+def test_every_reported_number_matches_the_ledger(stored):
+    differences = C.compare(L.reported(stored), C.load_ledger(LEDGER))
+    assert not differences, ("chapter 5's numbers differ from results/norms/reported.json "
+                             "(the stored file or the ledger was changed; if a new run is "
+                             "meant, rewrite it: python -m lncourse.norms.ledger):\n  "
+                             + "\n  ".join(differences[:20]))
+
+
+def _edit(stored, what):
+    stored = copy.deepcopy(stored)
+    smol = stored["models"]["smollm2"]
+    if what == "a middle passage":
+        smol["per_passage"]["abs_cos_ones"][13][20] *= 1.5
+    elif what == "a summary mean":
+        stored["models"]["minilm"]["summary"]["saturation"]["mean"][5] = 0.5
+    elif what == "an interval":
+        smol["summary"]["norm"]["high"][40] += 1.0
+    elif what == "the width":
+        smol["d"] = 512
+    return stored
+
+
+@pytest.mark.parametrize("what", ["a middle passage", "a summary mean", "an interval",
+                                  "the width"])
+def test_an_edited_stored_number_fails_the_ledger(stored, what):
+    assert C.compare(L.reported(_edit(stored, what)), C.load_ledger(LEDGER)), what

@@ -1,0 +1,110 @@
+"""Every number chapter 2 reports from its stored files, recomputed and compared with its
+ledger (results/selectability/reported.json; lncourse.selectability.ledger): editing a
+stored value that a reported number depends on, or the ledger, fails
+test_every_reported_number_matches_the_ledger. The measurements themselves are
+recomputed from the stored weights by test_lm.py and test_seeds.py."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from lncourse import claims as C
+from lncourse.results import RESULTS_DIR
+from lncourse.selectability import ledger as L
+from lncourse.selectability.report import FULL, NO_SCALING
+
+LEDGER = RESULTS_DIR / "selectability" / "reported.json"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return L.load_runs()
+
+
+def test_every_reported_number_matches_the_ledger(runs):
+    differences = C.compare(L.reported(**runs), C.load_ledger(LEDGER))
+    assert not differences, ("chapter 2's numbers differ from results/selectability/"
+                             "reported.json (a stored file or the ledger was changed; if a "
+                             "new run is meant, rewrite it: python -m "
+                             "lncourse.selectability.ledger):\n  "
+                             + "\n  ".join(differences[:20]))
+
+
+def _edit(runs, what):
+    runs = copy.deepcopy(runs)
+    if what == "lm_paper cell at n = 1,024":          # the issue's edit, a later context
+        runs["stored"]["models"][NO_SCALING]["sweep"]["after"][2][5][-1] = 0.0
+    elif what == "lm_paper smaller n":
+        runs["stored"]["models"][FULL]["sweep"]["before"][1][3][0] += 0.25
+    elif what == "lm_paper proxy":
+        runs["stored"]["proxy"]["7"][2][0] += 0.1
+    elif what == "lm_paper tracked fraction":
+        runs["stored"]["models"][NO_SCALING]["history"]["measure"][1]["after"][0] = 0.9
+    elif what == "lm_quick_bpe final loss":
+        runs["stored_bpe"]["models"][FULL]["history"]["test_loss"][-1] += 0.01
+    elif what == "lm_quick_bpe gamma":
+        runs["stored_bpe"]["models"][FULL]["sweep"]["min_abs_gamma"][1] = 0.0
+    elif what == "seeds middle layer":
+        runs["seeds"]["final"]["after"][1][2][0] = 0.5
+    elif what == "seeds curve":
+        runs["seeds"]["curve"]["0"]["before"][0][1][0] += 0.1
+    elif what == "wall time":
+        runs["seeds"]["provenance"]["wall_seconds"] *= 2
+    return runs
+
+
+EDITS = ["lm_paper cell at n = 1,024", "lm_paper smaller n", "lm_paper proxy",
+         "lm_paper tracked fraction", "lm_quick_bpe final loss", "lm_quick_bpe gamma",
+         "seeds middle layer", "seeds curve", "wall time"]
+
+
+@pytest.mark.parametrize("what", EDITS)
+def test_an_edited_stored_number_fails_the_ledger(runs, what):
+    """The guard bites: an edit of one stored value the chapter reports (cells no weight
+    test recomputes among them: a later context, a middle layer) is a difference."""
+    assert C.compare(L.reported(**_edit(runs, what)), C.load_ledger(LEDGER)), what
+
+
+def test_chapter2_claims_hold_for_the_stored_runs(runs):
+    from lncourse.selectability.claims import lm_claims
+    from lncourse.selectability.seeds_measure import claims as seed_claims
+    got = lm_claims(runs["stored"], runs["stored_bpe"]) + seed_claims(runs["seeds"])
+    assert not C.check_claims(got), C.check_claims(got)
+
+
+def test_each_claim_fails_on_contrary_numbers(runs):
+    """Each claim of lncourse.selectability.claims turns False when the stored run says
+    otherwise; the sentence on the gap to Table 1 reads right on either side of it."""
+    from lncourse.selectability.claims import lm_claims
+
+    def verdicts(r):
+        return {c.key: c for c in lm_claims(r["stored"], r["stored_bpe"])}
+
+    r = copy.deepcopy(runs)
+    r["stored"]["models"][FULL]["sweep"]["after"][3][0][2] = 0.01   # a full-LN key inside
+    assert verdicts(r)["full_ln_zero"].holds is False
+    r = copy.deepcopy(runs)
+    for layer in r["stored_bpe"]["models"][NO_SCALING]["sweep"]["after"]:
+        for ctx in layer:
+            ctx[-1] = 0.0                                   # the share falls at the last n
+    assert verdicts(r)["grows_with_context"].holds is False
+    r = copy.deepcopy(runs)
+    for label in (NO_SCALING, FULL):
+        for q in ("after", "before"):
+            for layer in r["stored"]["models"][label]["sweep"][q]:
+                for ctx in layer:
+                    ctx[-1] = 0.9                           # above the Gaussian points
+    v = verdicts(r)
+    assert v["below_gaussian"].holds is False
+    r = copy.deepcopy(runs)
+    for layer in r["stored"]["models"][NO_SCALING]["sweep"]["after"]:
+        for ctx in layer:
+            ctx[-1] = 0.2                        # below Table 1's average at n = 1,024
+    assert "remain at n = 1,024" in verdicts(r)["context_closes_gap"].text
+    assert "above that average" in verdicts(runs)["context_closes_gap"].text
+    for layer in r["stored"]["models"][NO_SCALING]["sweep"]["after"]:
+        for ctx in layer:
+            ctx[-1] = ctx[2] = 0.05              # no longer contexts than n = 128 help
+    assert verdicts(r)["context_closes_gap"].holds is False
