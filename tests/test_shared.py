@@ -165,6 +165,8 @@ def _independent_norm(name, x, eps=1e-5):
         return x - x.mean(-1, keepdim=True)
     if name == "no_projection":  # RMSNorm
         return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    if name == "dyt":            # DyT at its initial alpha 0.5, gain 1, bias 0
+        return torch.tanh(0.5 * x)
     return x
 
 
@@ -182,7 +184,7 @@ def test_each_norm_is_what_its_name_says(norm):
 
 def test_norms_have_one_name_each_and_errors():
     flags = [f for f in NORMS.values()]
-    assert len(set(flags)) == len(flags) == 4
+    assert len(set(flags)) == len(flags) == 5
     with pytest.raises(ValueError, match="'rmsnorm' is called 'no_projection'"):
         TransformerConfig(vocab_size=10, norm="rmsnorm")
     with pytest.raises(ValueError, match="divisible"):
