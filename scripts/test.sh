@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
 # Run every test: unit tests, exercise checks, the website build (which executes every
 # chapter), the student notebooks in full mode scaled down, nbval's re-execution of
-# chapters 1, 4 and 5, the reader's environments, and a headless-browser check of every
+# chapters 1 and 5, the reader's environments, and a headless-browser check of every
 # page.
 #
 # Two lanes of one thread each keep both cores busy (measured in issue 11: one chapter
 # alone on two threads is faster, but two one-thread lanes finish the whole run sooner).
 # Lane A builds the site (fast mode); meanwhile lane B takes tasks from one queue, and
 # lane A joins it when the build is done. A lane claims the next unclaimed task (an
-# atomic mkdir), so neither waits while work is left:
+# atomic mkdir) that it can run now, so neither waits while work is left:
 #   students      every student notebook with FULL = True, SCALE = 0.01 (the stubs raise,
 #                 full mode's code paths run)
 #   unit          the unit tests but the grader's
-#   grading       the grader's tests (they start sandboxed learners)
-#   colab         the reader's environments (tests/book/test_colab.py; the package index)
-#   nbval         nbval re-executes chapters 1, 4 and 5 and compares the cells tagged
-#                 `deterministic` with the site's outputs (2 and 3 are `slow`)  [site]
 #   site          the solution editions against the executed chapters, every page in
 #                 Chromium, a chapter beside CPU hogs (tests/book/test_build_watch.py) [site]
+#   nbval         nbval re-executes chapters 1 and 5 and compares the cells tagged
+#                 `deterministic` with the site's outputs (2, 3 and 4 are `slow`)  [site]
+#   grading       the grader's tests (they start sandboxed learners)
+# The reader's environments (tests/book/test_colab.py: pip and the package index, mostly
+# waiting on the network) run from the start beside both lanes, as a third process.
 # Tasks marked [site] wait for the build. Each task's output is in _build/task-<name>.log,
 # printed at the end with its start and end times.
 set -euo pipefail
@@ -50,7 +51,7 @@ stamp() { echo "[test] $1 at $(( $(date +%s) - start )) s"; }
 
 # The queue, in the order tasks are claimed; [site] tasks wait for lane A's marker.
 rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
-TASKS=(students unit grading colab nbval site)
+TASKS=(students unit site nbval grading)
 NEEDS_SITE=" nbval site "
 task() {
   case "$1" in
@@ -67,24 +68,39 @@ task() {
             -k "not student and not deterministic" --durations=5 ;;
   esac
 }
-run_queue() {   # $1: the lane's name
-  local name rc
-  for name in "${TASKS[@]}"; do
-    mkdir "_build/.claim-$name" 2>/dev/null || continue
-    if [[ "$NEEDS_SITE" == *" $name "* ]]; then
-      while [ ! -e _build/.site-built ] && [ ! -e _build/.site-failed ]; do sleep 2; done
-      if [ -e _build/.site-failed ]; then
-        echo "not run: the site build failed" > "_build/task-$name.log"; echo 1 > "_build/task-$name.rc"
+run_queue() {   # $1: the lane's name. Takes the first unclaimed task it can run now; a
+  # [site] task before the build is done is left for later, and the lane waits for the
+  # build only when nothing else is left.
+  local name rc ran pending
+  while :; do
+    ran=0; pending=0
+    for name in "${TASKS[@]}"; do
+      [ -e "_build/.claim-$name" ] && continue
+      if [[ "$NEEDS_SITE" == *" $name "* ]] && [ ! -e _build/.site-built ]; then
+        if [ ! -e _build/.site-failed ]; then pending=1; continue; fi
+        mkdir "_build/.claim-$name" 2>/dev/null || continue
+        echo "not run: the site build failed" > "_build/task-$name.log"
+        echo 1 > "_build/task-$name.rc"
         continue
       fi
-    fi
-    stamp "lane $1: $name started"
-    rc=0; ( task "$name" ) > "_build/task-$name.log" 2>&1 || rc=$?
-    echo "$rc" > "_build/task-$name.rc"
-    stamp "lane $1: $name done (exit $rc)"
+      mkdir "_build/.claim-$name" 2>/dev/null || continue
+      stamp "lane $1: $name started"
+      rc=0; ( task "$name" ) > "_build/task-$name.log" 2>&1 || rc=$?
+      echo "$rc" > "_build/task-$name.rc"
+      stamp "lane $1: $name done (exit $rc)"
+      ran=1; break
+    done
+    [ "$ran" -eq 1 ] && continue
+    [ "$pending" -eq 0 ] && return 0
+    sleep 2
   done
 }
 
+# The reader's environments mostly wait on pip and the package index: they run beside
+# the two lanes from the start, as a third process, rather than holding a lane.
+( stamp "colab started"; rc=0; ( task colab ) > _build/task-colab.log 2>&1 || rc=$?
+  echo "$rc" > _build/task-colab.rc; stamp "colab done (exit $rc)" ) > _build/lane-c.log 2>&1 &
+lane_c=$!
 run_queue B > _build/lane-b.log 2>&1 &
 lane_b=$!
 
@@ -99,9 +115,10 @@ else
   stamp "lane A: the site build failed"
 fi
 wait $lane_b || true
-cat _build/lane-b.log
+wait $lane_c || true
+cat _build/lane-b.log _build/lane-c.log
 failed=()
-for name in "${TASKS[@]}" build; do
+for name in "${TASKS[@]}" colab build; do
   [ -e "_build/task-$name.rc" ] || continue
   if [ -e "_build/task-$name.log" ]; then
     echo "[test] ---- $name (exit $(cat "_build/task-$name.rc")) ----"
@@ -109,7 +126,7 @@ for name in "${TASKS[@]}" build; do
   fi
   [ "$(cat "_build/task-$name.rc")" -eq 0 ] || failed+=("$name")
 done
-for name in "${TASKS[@]}"; do   # a task nobody ran is a failure too
+for name in "${TASKS[@]}" colab; do   # a task nobody ran is a failure too
   [ -e "_build/task-$name.rc" ] || failed+=("$name (never ran)")
 done
 stamp "lanes done"
