@@ -13,12 +13,14 @@
 #                 full mode's code paths run)
 #   unit          the unit tests but the grader's
 #   site          the solution editions against the executed chapters, every page in
-#                 Chromium, a chapter beside CPU hogs (tests/book/test_build_watch.py) [site]
+#                 Chromium, chapter 1's heaviest cell beside CPU hogs
+#                 (tests/book/test_build_watch.py)  [site]
+#   grading       the grader's tests (they start sandboxed learners)
+#   colab         the reader's environments (tests/book/test_colab.py; the package index)
 #   nbval         nbval re-executes chapters 1 and 5 and compares the cells tagged
 #                 `deterministic` with the site's outputs (2, 3 and 4 are `slow`)  [site]
-#   grading       the grader's tests (they start sandboxed learners)
-# The reader's environments (tests/book/test_colab.py: pip and the package index, mostly
-# waiting on the network) run from the start beside both lanes, as a third process.
+# (Run as a third process beside the lanes, the reader's environments slowed both lanes
+# by about 55 s: pip's installs are not only waiting on the network.)
 # Tasks marked [site] wait for the build. Each task's output is in _build/task-<name>.log,
 # printed at the end with its start and end times.
 set -euo pipefail
@@ -51,7 +53,7 @@ stamp() { echo "[test] $1 at $(( $(date +%s) - start )) s"; }
 
 # The queue, in the order tasks are claimed; [site] tasks wait for lane A's marker.
 rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
-TASKS=(students unit site nbval grading)
+TASKS=(students unit site grading colab nbval)
 NEEDS_SITE=" nbval site "
 task() {
   case "$1" in
@@ -96,11 +98,6 @@ run_queue() {   # $1: the lane's name. Takes the first unclaimed task it can run
   done
 }
 
-# The reader's environments mostly wait on pip and the package index: they run beside
-# the two lanes from the start, as a third process, rather than holding a lane.
-( stamp "colab started"; rc=0; ( task colab ) > _build/task-colab.log 2>&1 || rc=$?
-  echo "$rc" > _build/task-colab.rc; stamp "colab done (exit $rc)" ) > _build/lane-c.log 2>&1 &
-lane_c=$!
 run_queue B > _build/lane-b.log 2>&1 &
 lane_b=$!
 
@@ -115,10 +112,9 @@ else
   stamp "lane A: the site build failed"
 fi
 wait $lane_b || true
-wait $lane_c || true
-cat _build/lane-b.log _build/lane-c.log
+cat _build/lane-b.log
 failed=()
-for name in "${TASKS[@]}" colab build; do
+for name in "${TASKS[@]}" build; do
   [ -e "_build/task-$name.rc" ] || continue
   if [ -e "_build/task-$name.log" ]; then
     echo "[test] ---- $name (exit $(cat "_build/task-$name.rc")) ----"
@@ -126,7 +122,7 @@ for name in "${TASKS[@]}" colab build; do
   fi
   [ "$(cat "_build/task-$name.rc")" -eq 0 ] || failed+=("$name")
 done
-for name in "${TASKS[@]}" colab; do   # a task nobody ran is a failure too
+for name in "${TASKS[@]}"; do   # a task nobody ran is a failure too
   [ -e "_build/task-$name.rc" ] || failed+=("$name (never ran)")
 done
 stamp "lanes done"

@@ -126,16 +126,44 @@ def test_cpu_time_counts_child_processes():
         child.wait()
 
 
+def _heaviest_cell_of_chapter_1():
+    """Chapter 1's parameters and imports, then its heaviest cell: the folds measured on
+    all-MiniLM-L6-v2 (loading the model and running it on real sentences)."""
+    from conftest import ROOT
+
+    nb = jupytext.read(ROOT / "book" / "01_layernorm_geometry.md")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    heaviest = [c for c in code if "load_minilm(" in c.source]
+    assert len(heaviest) == 1, "chapter 1's MiniLM cell moved: update this test"
+    nb.cells = code[:2] + heaviest                       # parameters, imports, the cell
+    assert "parameters" in code[0].metadata.get("tags", [])
+    return nb, ROOT / "book"
+
+
+def test_chapter_1s_heaviest_cell_beside_cpu_hogs_runs_to_the_end(tmp_path, cpu_hogs,
+                                                                  monkeypatch):
+    """Chapter 1's heaviest cell with two CPU hogs beside it and a watchdog 12 times
+    stricter than the build's (10 s without CPU use is a stall): it slows down and
+    finishes, nothing is stopped."""
+    monkeypatch.setenv("LNCOURSE_NO_WIDGETS", "1")
+    monkeypatch.setenv("LNCOURSE_DEVICE", "cpu")
+    nb, book = _heaviest_cell_of_chapter_1()
+    watch = Watch(tmp_path / "watch", stall_after=10.0, chapters=book)
+    watch.folder.mkdir()
+    err = _execute(nb, tmp_path, timeout=None, watch=watch, cwd=book)
+    assert err is None, err
+    assert not (watch.folder / "STALLED").exists()
+
+
+@pytest.mark.slow
 def test_chapter_1_beside_cpu_hogs_runs_to_the_end(tmp_path, cpu_hogs, monkeypatch):
-    """A whole chapter, its heaviest cell (the folds measured on all-MiniLM-L6-v2) among
-    them, with two CPU hogs beside it and a watchdog 12 times stricter than the build's
-    (10 s without CPU use is a stall): it slows down and finishes, nothing is stopped."""
+    """The whole of chapter 1 beside two CPU hogs (slow: the hogs take both cores for
+    the chapter's length, which the test command's budget does not hold)."""
     from conftest import ROOT
 
     monkeypatch.setenv("LNCOURSE_NO_WIDGETS", "1")
     monkeypatch.setenv("LNCOURSE_DEVICE", "cpu")
     nb = jupytext.read(ROOT / "book" / "01_layernorm_geometry.md")
-    assert any("load_minilm" in c.source for c in nb.cells if c.cell_type == "code")
     watch = Watch(tmp_path / "watch", stall_after=10.0, chapters=ROOT / "book")
     watch.folder.mkdir()
     err = _execute(nb, tmp_path, timeout=None, watch=watch, cwd=ROOT / "book")
