@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Claim", "flatten", "compare", "write_ledger", "load_ledger", "markdown",
+__all__ = ["Claim", "flatten", "compare", "write_ledger", "ledger_main", "load_ledger", "markdown",
            "check_claims"]
 
 
@@ -117,6 +117,25 @@ def write_ledger(path: str | Path, computed: dict, config: dict, command: str,
     return store_run(path, {"config": config, "numbers": flatten(computed)}, "cpu", wall_seconds,
                      started, device_note="computed from stored results",
                      allow_dirty=allow_dirty)
+
+
+def ledger_main(module: str, description: str, path: str | Path, compute,
+                argv: list[str] | None = None) -> Path:
+    """The command line of a chapter's ledger (``python -m <module> [--allow-dirty]``):
+    ``compute()`` returns (numbers, sources); the ledger is written with the time it took."""
+    import argparse
+    import time
+
+    from lncourse.results import command_line
+
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="write from a modified checkout (refused otherwise)")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    numbers, sources = compute()
+    return write_ledger(path, numbers, {"sources": sources}, command_line(module, argv),
+                        time.perf_counter() - t0, allow_dirty=args.allow_dirty)
 
 
 def load_ledger(path: str | Path) -> dict:

@@ -17,16 +17,14 @@ and ``tests/majority/test_report.py`` recomputes them and compares (see
 
 from __future__ import annotations
 
-import argparse
-import time
 
 import numpy as np
 
 from lncourse.majority import stats as ST
-from lncourse.claims import write_ledger
+from lncourse.claims import ledger_main
 from lncourse.majority.task import effective_queries, norm1, query_angles
 from lncourse.majority.verdict import claims, grid_cells, uniformity_stats
-from lncourse.results import RESULTS_DIR, command_line, load_result
+from lncourse.results import RESULTS_DIR, load_result
 
 __all__ = ["METRICS", "COMPARISONS", "load_runs", "reported", "main"]
 
@@ -144,22 +142,18 @@ def reported(paper: dict, grids: dict, three_d: dict, data_seeds: dict | None = 
             "claims": {c.key: c for c in claims(paper, grids, three_d, data_seeds, uniformity)}}
 
 
-def main(argv: list[str] | None = None):
-    """``python -m lncourse.majority.report``: write the ledger of chapter 3's numbers."""
-    parser = argparse.ArgumentParser(prog="python -m lncourse.majority.report",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="write from a modified checkout (refused otherwise)")
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
+def _computed() -> tuple[dict, dict]:
     runs = load_runs()
     sources = {"paper": "majority/paper.json", "grids": ["majority/grid_b500.json",
                "majority/grid_b6000.json"], "three_d": "majority/three_d.json",
                "data_seeds": [f"majority/data_seed{k}.json" for k in runs["data_seeds"]]}
-    numbers = reported(**runs)
-    return write_ledger(RESULTS_DIR / f"{LEDGER}.json", numbers, {"sources": sources},
-                        command_line("lncourse.majority.report", argv),
-                        time.perf_counter() - t0, allow_dirty=args.allow_dirty)
+    return reported(**runs), sources
+
+
+def main(argv: list[str] | None = None):
+    """``python -m lncourse.majority.report``: write the ledger of chapter 3's numbers."""
+    return ledger_main("lncourse.majority.report", __doc__.split("\n\n")[0],
+                       RESULTS_DIR / f"{LEDGER}.json", _computed, argv)
 
 
 if __name__ == "__main__":

@@ -24,14 +24,12 @@ weights, so its errors are guarded by the ledger and the replay of its first ste
 
 from __future__ import annotations
 
-import argparse
-import time
 
 import numpy as np
 
-from lncourse.claims import write_ledger
+from lncourse.claims import ledger_main
 from lncourse.nope import probe, verdict
-from lncourse.results import RESULTS_DIR, command_line, describe, load_result
+from lncourse.results import RESULTS_DIR, describe, load_result
 from lncourse.summary import paired_interval
 
 __all__ = ["SOURCES", "load_runs", "reported", "main"]
@@ -98,17 +96,10 @@ def reported(probe: dict, ablation: dict, features: dict) -> dict:
 
 def main(argv: list[str] | None = None):
     """``python -m lncourse.nope.ledger``: write the ledger of chapter 4."""
-    parser = argparse.ArgumentParser(prog="python -m lncourse.nope.ledger",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="write from a modified checkout (refused otherwise)")
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    numbers = reported(**load_runs())
-    return write_ledger(RESULTS_DIR / f"{LEDGER}.json", numbers,
-                        {"sources": {k: f"{v}.json" for k, v in SOURCES.items()}},
-                        command_line("lncourse.nope.ledger", argv),
-                        time.perf_counter() - t0, allow_dirty=args.allow_dirty)
+    return ledger_main("lncourse.nope.ledger", __doc__.split("\n\n")[0],
+                       RESULTS_DIR / f"{LEDGER}.json",
+                       lambda: (reported(**load_runs()),
+                                {k: f"{v}.json" for k, v in SOURCES.items()}), argv)
 
 
 if __name__ == "__main__":

@@ -20,15 +20,13 @@ themselves from the models (the first and the last passage; all in its slow test
 
 from __future__ import annotations
 
-import argparse
-import time
 
 import numpy as np
 
-from lncourse.claims import write_ledger
+from lncourse.claims import ledger_main
 from lncourse.norms import real, verdict
 from lncourse.norms.hidden import STATS, chance_abs_cos
-from lncourse.results import RESULTS_DIR, command_line, describe, load_result
+from lncourse.results import RESULTS_DIR, describe, load_result
 
 __all__ = ["SOURCE", "reported", "main"]
 
@@ -75,17 +73,10 @@ def reported(stored: dict) -> dict:
 
 def main(argv: list[str] | None = None):
     """``python -m lncourse.norms.ledger``: write the ledger of chapter 5."""
-    parser = argparse.ArgumentParser(prog="python -m lncourse.norms.ledger",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="write from a modified checkout (refused otherwise)")
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    numbers = reported(load_result(SOURCE))
-    return write_ledger(RESULTS_DIR / f"{LEDGER}.json", numbers,
-                        {"sources": {"stored": f"{SOURCE}.json"}},
-                        command_line("lncourse.norms.ledger", argv),
-                        time.perf_counter() - t0, allow_dirty=args.allow_dirty)
+    return ledger_main("lncourse.norms.ledger", __doc__.split("\n\n")[0],
+                       RESULTS_DIR / f"{LEDGER}.json",
+                       lambda: (reported(load_result(SOURCE)), {"stored": f"{SOURCE}.json"}),
+                       argv)
 
 
 if __name__ == "__main__":

@@ -23,13 +23,11 @@ and ``tests/selectability/test_ledger.py`` recomputes them and compares
 
 from __future__ import annotations
 
-import argparse
-import time
 
 import numpy as np
 
-from lncourse.claims import write_ledger
-from lncourse.results import RESULTS_DIR, command_line, describe, load_result
+from lncourse.claims import ledger_main
+from lncourse.results import RESULTS_DIR, describe, load_result
 from lncourse.selectability import report, seeds_measure
 from lncourse.selectability.claims import lm_claims
 
@@ -104,17 +102,10 @@ def reported(stored: dict, stored_bpe: dict, seeds: dict) -> dict:
 
 def main(argv: list[str] | None = None):
     """``python -m lncourse.selectability.ledger``: write the ledger of chapter 2."""
-    parser = argparse.ArgumentParser(prog="python -m lncourse.selectability.ledger",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="write from a modified checkout (refused otherwise)")
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    numbers = reported(**load_runs())
-    return write_ledger(RESULTS_DIR / f"{LEDGER}.json", numbers,
-                        {"sources": {k: f"{v}.json" for k, v in SOURCES.items()}},
-                        command_line("lncourse.selectability.ledger", argv),
-                        time.perf_counter() - t0, allow_dirty=args.allow_dirty)
+    return ledger_main("lncourse.selectability.ledger", __doc__.split("\n\n")[0],
+                       RESULTS_DIR / f"{LEDGER}.json",
+                       lambda: (reported(**load_runs()),
+                                {k: f"{v}.json" for k, v in SOURCES.items()}), argv)
 
 
 if __name__ == "__main__":
