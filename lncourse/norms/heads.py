@@ -3,7 +3,8 @@
 Chapter 2 shows that a key is selectable (some query scores it strictly above every other
 key) exactly when it is a vertex of the keys' convex hull, and that keys on a sphere are
 all vertices. In a head of width dh = 2 the hull is a polygon, so
-:func:`unselectable_fraction_2d` counts exactly (a monotone chain in rational arithmetic;
+:func:`unselectable_fraction_2d` counts exactly (a monotone chain whose orientation tests
+are decided exactly, in floats when an error bound allows and in rationals otherwise;
 Qhull's tolerances drop keys that lie very close together on a circle) the keys that are
 not vertices. :func:`head_keys` maps the same raw keys as each normalisation would: none,
 QK-norm (RMSNorm over the head's channels: a circle), DyT (tanh, elementwise: a box).
@@ -24,18 +25,40 @@ __all__ = ["unselectable_fraction_2d", "head_keys", "NORMS", "selectability_by_n
 NORMS = ("none", "qk_norm", "dyt")
 
 
-def _strict_hull(points: list[tuple]) -> list[int]:
-    """Indices of the strict vertices of the convex hull of distinct 2-D points (Andrew's
-    monotone chain; points on an edge are not vertices). Exact for rational coordinates."""
-    order = sorted(range(len(points)), key=lambda i: points[i])
+# Shewchuk's error bound for the sign of a 2-D orientation computed in double precision:
+# when |det| exceeds it, the floating-point sign is the exact one. The bound assumes no
+# underflow, so products smaller than _TINY (and overflows: inf, NaN) go the exact way.
+_ORIENT_BOUND = (3.0 + 16.0 * 2.0 ** -53) * 2.0 ** -53
+_TINY = 2.0 ** -900
 
-    def cross(o, a, b):
-        return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+def _orient(o: tuple, a: tuple, b: tuple) -> int:
+    """The exact sign of the cross product (a - o) x (b - o) for points with float
+    coordinates: computed in floats, and again in rationals only when the floats cannot
+    decide (an adaptive predicate, Shewchuk 1997). Returns -1, 0 or 1."""
+    left = (a[0] - o[0]) * (b[1] - o[1])
+    right = (a[1] - o[1]) * (b[0] - o[0])
+    det, size = left - right, abs(left) + abs(right)
+    if size > _TINY and abs(det) > _ORIENT_BOUND * size:
+        return 1 if det > 0 else -1
+    from fractions import Fraction
+
+    o, a, b = ([Fraction(c) for c in p] for p in (o, a, b))
+    exact = (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+    return (exact > 0) - (exact < 0)
+
+
+def _strict_hull(points: list[tuple]) -> list[int]:
+    """Indices of the strict vertices of the convex hull of distinct 2-D points with float
+    coordinates (Andrew's monotone chain; points on an edge are not vertices). Exact: every
+    orientation test is decided exactly (:func:`_orient`)."""
+    order = sorted(range(len(points)), key=lambda i: points[i])
 
     def half(idx):
         chain: list[int] = []
         for i in idx:
-            while len(chain) >= 2 and cross(points[chain[-2]], points[chain[-1]], points[i]) <= 0:
+            while len(chain) >= 2 and _orient(points[chain[-2]], points[chain[-1]],
+                                              points[i]) <= 0:
                 chain.pop()
             chain.append(i)
         return chain[:-1]
@@ -44,30 +67,22 @@ def _strict_hull(points: list[tuple]) -> list[int]:
 
 def unselectable_fraction_2d(keys: Tensor) -> float:
     """The fraction of the n keys (n, 2) that are not strict vertices of their convex hull,
-    computed exactly (in rational arithmetic on the keys' floating-point values).
+    computed exactly on the keys' floating-point values (as float64).
     Duplicated keys count as unselectable (no query puts one strictly above its twin)."""
-    from fractions import Fraction
-
     k = keys.detach().double().cpu().numpy()
     if k.ndim != 2 or k.shape[1] != 2 or k.shape[0] < 3:
         raise ValueError(f"keys must have shape (n >= 3, 2), got {tuple(k.shape)}")
     if not np.isfinite(k).all():
         raise ValueError("keys hold NaN or infinity")
-    pts = [(Fraction(float(x)), Fraction(float(y))) for x, y in k]
-    seen: dict[tuple, int] = {}
-    twins = 0
-    for i, p in enumerate(pts):
-        if p in seen:
-            twins += 1
-        seen.setdefault(p, i)
-    distinct = list(seen)
-    vertices = len(_strict_hull(distinct)) if len(distinct) >= 3 else len(distinct)
-    if twins:   # a duplicated vertex is not selectable either: neither twin wins strictly
-        counts = {}
-        for p in pts:
-            counts[p] = counts.get(p, 0) + 1
-        hull = {distinct[i] for i in _strict_hull(distinct)} if len(distinct) >= 3 else set(distinct)
-        vertices = sum(1 for p in hull if counts[p] == 1)
+    pts = [(float(x) + 0.0, float(y) + 0.0) for x, y in k]     # + 0.0: -0.0 becomes 0.0
+    counts: dict[tuple, int] = {}
+    for p in pts:
+        counts[p] = counts.get(p, 0) + 1
+    distinct = list(counts)
+    hull = ([distinct[i] for i in _strict_hull(distinct)] if len(distinct) >= 3
+            else distinct)
+    # a duplicated vertex is not selectable either: neither twin wins strictly
+    vertices = sum(1 for p in hull if counts[p] == 1)
     return 1.0 - vertices / k.shape[0]
 
 
