@@ -21,6 +21,7 @@ import os
 import platform
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import torch
@@ -273,8 +274,14 @@ def load_result(name: str | os.PathLike) -> dict:
     return result
 
 
-def describe(result: dict) -> str:
-    """One line saying what ran where: for captions and printed labels."""
+# Characters of code or printed text a line of the book's column shows without scrolling
+# (the site at 1280 px; tests/book/test_code_width.py holds the chapters' code to it).
+COLUMN_CHARS = 77
+
+
+def describe(result: dict, width: int | None = None) -> str:
+    """One line saying what ran where: for captions and printed labels. With ``width``,
+    wrapped into lines of at most ``width`` characters (printed in the book: COLUMN_CHARS)."""
     p = result["provenance"]
     hours = p["wall_seconds"] / 3600
     took = f"{hours:.1f} h" if hours >= 1 else f"{p['wall_seconds'] / 60:.0f} min"
@@ -282,8 +289,10 @@ def describe(result: dict) -> str:
     steps = result.get("config", {}).get("steps")
     if steps and result.get("step") and result["step"][-1] != steps:
         done = f"; INCOMPLETE: the first {result['step'][-1]:,} of {steps:,} steps"
-    return (f"stored result: `{p['command']}`, commit {p['git_commit'][:10]}, "
+    line = (f"stored result: `{p['command']}`, commit {p['git_commit'][:10]}, "
             f"{p['device']}, torch {p['torch']}, {took}{done}")
+    return line if width is None else textwrap.fill(line, width, subsequent_indent="  ",
+                                                    break_on_hyphens=False)
 
 
 def encode_state(state: dict) -> dict:

@@ -22,6 +22,7 @@ import torch
 
 from lncourse.checks._compare import (Verdict, compare, describe_case, precision_of, tolerance, upcast)
 from lncourse.checks._guard import call_learner
+from lncourse.results import COLUMN_CHARS
 
 Case = tuple[tuple, dict]
 Mistake = tuple[str, Callable[..., Any]]            # (message, the wrong answer)
@@ -169,5 +170,8 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
             raise AssertionError(f"{name}: your output differs from the reference on input "
                                  f"({where}): {why}")
         raise AssertionError(f"{name}: {why} (on input ({where}))")
-    detail = f", largest difference {worst:.2e}" if reference is not None else ""
-    print(f"check_{name} passed: {passed} on {len(cases)} inputs{detail}")
+    line = f"check_{name} passed: {passed} on {len(cases)} inputs"
+    detail = f"largest difference {worst:.2e}" if reference is not None else ""
+    # one line where it fits the book's column (COLUMN_CHARS characters), else two
+    sep = ", " if len(line) + 2 + len(detail) <= COLUMN_CHARS else ",\n  "
+    print(line + (sep + detail if detail else ""))
