@@ -13,8 +13,8 @@
 #                 full mode's code paths run)
 #   unit          the unit tests but the grader's
 #   site          the solution editions against the executed chapters, every page in
-#                 Chromium, chapter 1's heaviest cell beside CPU hogs
-#                 (tests/book/test_build_watch.py)  [site]
+#                 Chromium (one load per page and viewport, every check on it), chapter
+#                 1's heaviest cell beside CPU hogs (tests/book/test_build_watch.py)  [site]
 #   grading       the grader's tests (they start sandboxed learners)
 #   colab         the reader's environments (tests/book/test_colab.py; the package index)
 #   nbval         nbval re-executes chapters 1 and 5 and compares the cells tagged

@@ -272,15 +272,12 @@ def test_feedback_lists_each_failed_check_message(chapter1):
     assert "## Exercise 1.2" in text and "divide the all-ones matrix by d" in text
 
 
-def test_hidden_inputs_catch_a_hard_coded_answer(chapter1, tmp_path):
+def test_a_hard_coded_answer_passes_the_visible_inputs(chapter1):
+    """HARD_CODED passes the notebook's own check; the hidden inputs catch it
+    (test_grade_attacks.py::test_hidden_inputs_catch_a_hard_coded_answer, graded in the
+    attack tests' run, which is hidden)."""
     ch, folder, _, _, graded = chapter1
     assert graded["broken"].outcomes["ex-centering-matrix"].passed        # visible inputs only
-    _, hidden = grade([folder / "solution.ipynb", folder / "broken.ipynb"], hidden=True,
-                      timeout=TIMEOUT)
-    assert all(o.passed for o in hidden[0].outcomes.values())
-    assert not hidden[1].outcomes["ex-centering-matrix"].passed
-    assert "on input (4)" in hidden[1].outcomes["ex-centering-matrix"].message
-    assert "teacher-only input" in hidden[1].outcomes["ex-centering-matrix"].message
 
 
 def test_only_what_an_exercise_needs_runs():

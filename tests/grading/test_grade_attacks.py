@@ -20,7 +20,7 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from .test_grade import editions, exercise_cell, with_function
+from .test_grade import HARD_CODED, editions, exercise_cell, with_function
 from lncourse.grading.exercises import chapter as find_chapter
 from lncourse.grading.grade import grade, write_csv
 from lncourse.grading.contain import bwrap, contained
@@ -194,9 +194,15 @@ def attacked():
     paths["copycat"] = folder / "copycat.ipynb"
     nbformat.write(only(with_function(solution, JAC, COPYCAT % str(paths["classmate"])), [JAC]),
                    paths["copycat"])
+    # graded in this run too (each grading run starts a template, seconds each): a
+    # hard-coded answer for the hidden inputs, and the malformed notebooks of section 5
+    paths["hard_coded"] = folder / "hard_coded.ipynb"
+    nbformat.write(only(with_function(solution, P, HARD_CODED), [P]), paths["hard_coded"])
+    for name in _write_malformed(solution, folder):
+        paths[name] = folder / f"{name}.ipynb"
     before = set(Path(tempfile.gettempdir()).glob("lncourse-grade-*"))
     start = time.monotonic()
-    _, graded = grade(list(paths.values()), hidden=True, timeout=TIMEOUT, workers=2)
+    _, graded = grade(list(paths.values()), chapter=1, hidden=True, timeout=TIMEOUT, workers=2)
     seconds = time.monotonic() - start
     write_csv(CH, graded, folder / "grades.csv")
     left = set(Path(tempfile.gettempdir()).glob("lncourse-grade-*")) - before
@@ -208,7 +214,7 @@ def attacked():
 
 def outcome(attacked, name):
     graded = attacked[0]
-    label = ATTACKS[name][0] if name in ATTACKS else JAC
+    label = ATTACKS[name][0] if name in ATTACKS else P if name == "hard_coded" else JAC
     return graded[name].outcomes[label]
 
 
@@ -274,6 +280,15 @@ def test_the_hidden_inputs_cannot_be_read(attacked):
     assert not outcome(attacked, "hidden_sizes").passed
 
 
+def test_hidden_inputs_catch_a_hard_coded_answer(attacked):
+    """An answer right on the visible inputs only (it passes them in the chapter-1 class
+    of test_grade.py) fails on a teacher-only input; the classmate's solution passes them
+    all (test_the_classmate_graded_in_the_same_run_keeps_full_marks: this run is hidden)."""
+    o = outcome(attacked, "hard_coded")
+    assert not o.passed
+    assert "on input (4)" in o.message and "teacher-only input" in o.message, o.message
+
+
 @pytest.mark.parametrize("name, called", [
     ("aten", "aten.native_layer_norm"), ("group_norm", "group_norm"),
     ("rms_norm", "rms_norm"), ("linearize", "linearize"), ("helper", "projection_matrix")])
@@ -293,7 +308,8 @@ def test_no_temporary_folder_is_left_behind(attacked):
 
 
 # 5. malformed notebooks: each becomes a row of zeros with a note, and the class is graded
-def _malformed(good, code):
+# (they are graded in the attacked class above, beside the classmate's solution)
+def _malformed(code):
     cell = lambda i: {"cell_type": "code", "source": f"a{i} = {i}", "metadata": {},
                       "outputs": [], "execution_count": None}
     return {
@@ -310,31 +326,37 @@ def _malformed(good, code):
     }
 
 
-def test_malformed_notebooks_get_a_row_of_zeros_and_a_note(tmp_path):
+def _write_malformed(solution, folder) -> list[str]:
+    """The malformed notebooks (spoilt copies of the solution's RMSNorm exercise) in
+    ``folder``; returns their names."""
     import json
-    solution = nbformat.writes(only(editions(CH.stem)["solution"], [RMS]))
-    good = json.loads(solution)
-    code = [i for i, c in enumerate(good["cells"]) if c["cell_type"] == "code"]
-    paths = [tmp_path / "solution.ipynb"]
-    paths[0].write_text(solution)
-    for name, spoil in _malformed(good, code).items():
-        paths.append(tmp_path / f"{name}.ipynb")
+    text = nbformat.writes(only(solution, [RMS]))
+    code = [i for i, c in enumerate(json.loads(text)["cells"]) if c["cell_type"] == "code"]
+    names = []
+    for name, spoil in _malformed(code).items():
+        path = folder / f"{name}.ipynb"
+        names.append(name)
         if spoil is None:
-            paths[-1].write_text("[" * 100_000 + "]" * 100_000)
+            path.write_text("[" * 100_000 + "]" * 100_000)
             continue
-        nb = json.loads(solution)
+        nb = json.loads(text)
         spoil(nb)
-        paths[-1].write_text(json.dumps(nb))
+        path.write_text(json.dumps(nb))
+    return names
+
+
+def test_malformed_notebooks_get_a_row_of_zeros_and_a_note(attacked):
     from lncourse.grading.submission import read_submission
+    graded, folder = attacked[0], attacked[1]
     start = time.monotonic()
-    assert read_submission(tmp_path / "twenty_thousand_cells.ipynb").notes
+    assert read_submission(folder / "twenty_thousand_cells.ipynb").notes
     assert time.monotonic() - start < 5           # refused at once, not parsed for 86 s
-    _, graded = grade(paths, chapter=1, timeout=TIMEOUT)
-    write_csv(CH, graded, tmp_path / "grades.csv")
-    assert graded[0].outcomes[RMS].passed
-    for g in graded[1:]:
+    assert graded["classmate"].outcomes[RMS].passed
+    for name in _malformed([0, 1]):
+        g = graded[name]
         assert g.total == 0 and "could not be read as a notebook" in " ".join(g.notes), g
-    assert len((tmp_path / "grades.csv").read_text().splitlines()) == len(paths) + 1
+    # a row each on the sheet, the malformed ones included
+    assert len((folder / "grades.csv").read_text().splitlines()) == len(graded) + 1
 
 
 # 8. the command line and what it writes
