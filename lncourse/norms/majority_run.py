@@ -18,6 +18,7 @@ before the run (:data:`lncourse.norms.majority_report.SELECTION_RULE`). From the
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import numbers
 import time
@@ -234,16 +235,29 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="stop (resumably) after this much training time; the stored "
                         "file is then labelled INCOMPLETE")
+    parser.add_argument("--export-partial", action="store_true",
+                        help="do not train: store the history the checkpoint holds so far "
+                        "(INCOMPLETE, with the weights at its last step)")
     args = parser.parse_args(argv)
     config = PRESETS[args.preset]()
     out = Path(args.out) if args.out else RESULTS_DIR / "norms" / f"majority_{args.preset}.json"
     ckpt = RESULTS_DIR / "checkpoints" / f"norms_majority_{out.stem}.ckpt"
     command = command_line("lncourse.norms.majority_run", argv)
-    started = run_started(ckpt, command)
-    history = train(config, device=args.device, checkpoint_path=ckpt,
-                    show_progress=not args.quiet, max_seconds=args.max_seconds)
+    if args.export_partial:      # the run goes on elsewhere: store what its checkpoint holds
+        state = load_checkpoint(ckpt, kind=KIND)
+        if state is None or state["config"] != dataclasses.asdict(config):
+            raise ValueError(f"{ckpt} holds no checkpoint of this configuration")
+        history = state["history"]
+        history["final_params"] = {k: p.tolist() for k, p in state["params"].items()}
+        history["seconds"] = state["elapsed"]
+        started = json.loads(Path(str(ckpt) + ".start.json").read_text())
+    else:
+        started = run_started(ckpt, command)
+        history = train(config, device=args.device, checkpoint_path=ckpt,
+                        show_progress=not args.quiet, max_seconds=args.max_seconds)
     history["complete"] = history["step"][-1] == config.steps
     return store_run(out, history, args.device, history.pop("seconds"), started,
+                     "partial export; threads not recorded" if args.export_partial else None,
                      allow_dirty=args.allow_dirty)
 
 
