@@ -100,8 +100,8 @@ def summary(history: dict, data: dict | None = None) -> dict:
     """Every number chapter 5 reports from a run (see the module's docstring): per arm the
     lr scores and the chosen lr; at it, steps to 80% and 90% per seed (None: never reached),
     their means censored at the last step with the count reached, the paired difference
-    from LayerNorm at its own chosen lr (mean and 95% t interval over seeds), the same at
-    chapter 3's untuned lr 1e-3, and the final geometry. ``data``: the test set
+    from LayerNorm at its own chosen lr (mean and 95% t interval over seeds), the same
+    with both arms at each single lr of the grid (untuned), and the final geometry. ``data``: the test set
     (:func:`lncourse.norms.majority_run.test_data`; rebuilt from the config if None)."""
     from lncourse.norms.majority_run import ArmsConfig, test_data
     config = ArmsConfig.from_dict(history["config"])
@@ -112,7 +112,6 @@ def summary(history: dict, data: dict | None = None) -> dict:
         best[arm], scores = select_lr(history, arm)
         cols[arm]["lr_scores"] = {f"{lr:g}": s for lr, s in scores.items()}
         cols[arm]["best_lr"] = best[arm]
-    common = 1e-3 if 1e-3 in config.lrs else None
     for arm in config.arms:
         out = cols[arm]
         for th in (80, 90):
@@ -124,10 +123,11 @@ def summary(history: dict, data: dict | None = None) -> dict:
                 diff = _censored(history, arm, best[arm], th / 100) - \
                     _censored(history, "layernorm", best["layernorm"], th / 100)
                 out[f"vs_layernorm_{th}"] = list(paired_interval(diff))
-                if common is not None:
-                    diff = _censored(history, arm, common, th / 100) - \
-                        _censored(history, "layernorm", common, th / 100)
-                    out[f"vs_layernorm_{th}_at_lr_1e-3"] = list(paired_interval(diff))
+                out[f"vs_layernorm_{th}_same_lr"] = {   # both arms at one lr, untuned
+                    f"{lr:g}": list(paired_interval(
+                        _censored(history, arm, lr, th / 100)
+                        - _censored(history, "layernorm", lr, th / 100)))
+                    for lr in config.lrs}
         last = np.asarray(history["test_acc"][-1])[_columns(history, arm, best[arm])]
         out["final_acc"] = float(last.mean())
         geo = _geometry(history, arm, best[arm], data)
@@ -143,18 +143,14 @@ def summary(history: dict, data: dict | None = None) -> dict:
 
 
 def verdict(cols: dict) -> dict:
-    """Whether each arm learns faster (steps to 90%) than LayerNorm, each at its tuned lr
-    and at lr 1e-3: "faster", "slower" (the 95% interval of the paired difference below or
-    above 0) or "not resolved"."""
+    """Whether each arm reaches 90% sooner than LayerNorm, both at their tuned lrs and
+    both at each single lr of the grid: "faster", "slower" (the 95% interval of the paired
+    difference in steps below or above 0) or "not resolved"."""
     def word(ci):
         return "faster" if ci[2] < 0 else "slower" if ci[1] > 0 else "not resolved"
-    out = {}
-    for arm, c in cols.items():
-        if "vs_layernorm_90" in c:
-            out[arm] = {"tuned": word(c["vs_layernorm_90"])}
-            if "vs_layernorm_90_at_lr_1e-3" in c:
-                out[arm]["lr_1e-3"] = word(c["vs_layernorm_90_at_lr_1e-3"])
-    return out
+    return {arm: {"tuned": word(c["vs_layernorm_90"]),
+                  **{f"lr {lr}": word(ci) for lr, ci in c["vs_layernorm_90_same_lr"].items()}}
+            for arm, c in cols.items() if "vs_layernorm_90" in c}
 
 
 def table(summary_: dict) -> list[tuple[str, ...]]:
