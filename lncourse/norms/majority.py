@@ -28,7 +28,8 @@ unembedding alike); attention reads them with no norm in front (h = e); queries 
 are put on the unit sphere and scaled per channel by s_qk, q = s_qk ⊙ W_Q h / ‖W_Q h‖
 (likewise k), with s_qk a learned vector of effective value 1 at init, stored as
 s_qk_scale = 1/√d and multiplied by √d (nGPT's s_init / s_scale parametrisation, which
-sets Adam's step on it); the scores use nGPT's softmax scale √d_k instead of 1/√d_k.
+sets Adam's step on it); the scores use nGPT's softmax scale √d_k instead of 1/√d_k
+(both as in the released code, NVIDIA/ngpt ``model.py``, one s_qk for q and k).
 Simplifications, for a one-layer model that trains in chapter 3's fused path:
 (1) weights are normalised in the forward pass (a reparametrisation) instead of being
 projected back onto the sphere after each optimiser step; (2) the residual stream is
