@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import numbers
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,7 +243,12 @@ def main(argv: list[str] | None = None) -> Path:
     config = PRESETS[args.preset]()
     out = Path(args.out) if args.out else RESULTS_DIR / "norms" / f"majority_{args.preset}.json"
     ckpt = RESULTS_DIR / "checkpoints" / f"norms_majority_{out.stem}.ckpt"
-    command = command_line("lncourse.norms.majority_run", argv)
+    # --max-seconds says when to pause, not what runs: a run resumes without it
+    words = list(sys.argv[1:] if argv is None else argv)
+    if "--max-seconds" in words:
+        del words[words.index("--max-seconds"):words.index("--max-seconds") + 2]
+    command = command_line("lncourse.norms.majority_run",
+                           [w for w in words if not w.startswith("--max-seconds=")])
     if args.export_partial:      # the run goes on elsewhere: store what its checkpoint holds
         state = load_checkpoint(ckpt, kind=KIND)
         if state is None or state["config"] != dataclasses.asdict(config):

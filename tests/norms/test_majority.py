@@ -235,3 +235,29 @@ def _edit(stored, what):
 @pytest.mark.parametrize("what", ["an accuracy", "a final weight", "a divergence", "the steps"])
 def test_an_edited_stored_number_fails_the_ledger(stored, data, what):
     assert C.compare(R.reported(_edit(stored, what), data), C.load_ledger(LEDGER)), what
+
+
+def test_command_line_stores_a_run_and_exports_a_partial_one(tmp_path, monkeypatch):
+    import json
+
+    from lncourse import results
+    from lncourse.norms import majority_run
+
+    monkeypatch.setattr(results, "_git_commit", lambda: "c" * 40)   # as from a clean clone
+    monkeypatch.setattr(majority_run, "RESULTS_DIR", tmp_path)
+    out = tmp_path / "tiny.json"
+    majority_run.main(["--preset", "tiny", "--out", str(out), "--quiet", "--max-seconds", "0"])
+    h = json.loads(out.read_text())            # stopped after its first evaluation past 0 s
+    assert h["step"] == [0, 10] and h["complete"] is False
+    assert h["provenance"]["command"].startswith("python -m lncourse.norms.majority_run")
+    assert results.describe(h).endswith("INCOMPLETE: the first 10 of 20 steps")
+    partial = tmp_path / "partial.json"
+    majority_run.main(["--preset", "tiny", "--out", str(out), "--export-partial"])
+    q = json.loads(out.read_text())
+    assert q["test_acc"] == h["test_acc"] and q["final_params"] == h["final_params"]
+    assert q["provenance"]["device"].endswith("(partial export; threads not recorded)")
+    majority_run.main(["--preset", "tiny", "--out", str(out), "--quiet"])   # resumes, ends
+    r = json.loads(out.read_text())
+    assert r["step"] == [0, 10, 20] and r["complete"] is True
+    assert r["test_acc"][:2] == h["test_acc"]
+    assert not partial.exists()
