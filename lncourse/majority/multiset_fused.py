@@ -25,7 +25,8 @@ from torch import Tensor
 
 from lncourse.majority.multiset import check_inputs, class_tables
 
-__all__ = ["multiset_loss", "multiset_evaluate", "default_chunk"]
+__all__ = ["multiset_loss", "multiset_evaluate", "default_chunk", "attention_tables",
+           "loss_from_tables"]
 
 _aten = torch.ops.aten
 # The per-model tensors of the fast path, in the order its Function takes them.
@@ -194,11 +195,35 @@ def _fast_inputs(params, counts, labels, variants, chunk):
     if labels.shape != counts.shape[:2]:
         raise ValueError(f"labels must have shape {tuple(counts.shape[:2])}, "
                          f"got {tuple(labels.shape)}")
-    S, v = class_tables(params, variants)                        # (M, C, C), (M, C, d)
+    return (attention_tables(*class_tables(params, variants)),
+            *_class_major(counts, labels, chunk, params["W_E"].dtype))
+
+
+def attention_tables(S: Tensor, v: Tensor) -> Tensor:
+    """The tables of :func:`_pair_pass` from scores S (M, C_i, C_j) and values v (M, C, d):
+    (M, C_i, d+1, C_j), exp(S_ij - max_l S_il) times (v_j, 1)."""
     A = torch.exp(S - S.amax(dim=-1, keepdim=True))              # (M, C_i, C_j)
     v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)     # (M, C_j, d+1)
-    tables = (A.unsqueeze(2) * v1.transpose(1, 2).unsqueeze(1)).contiguous()  # (M, i, d+1, j)
-    return (tables, *_class_major(counts, labels, chunk, tables.dtype))
+    return (A.unsqueeze(2) * v1.transpose(1, 2).unsqueeze(1)).contiguous()  # (M, i, d+1, j)
+
+
+def loss_from_tables(S: Tensor, v: Tensor, weights: dict[str, Tensor], counts: Tensor,
+                     labels: Tensor, chunk: int | None = None,
+                     backward: bool = True) -> tuple[Tensor, Tensor | None]:
+    """The fast path for any attention whose scores S and values v are given per class
+    (chapter 5's norms): ``weights`` holds the tensors named in ``_WEIGHTS`` (``W_E`` is
+    the embedding the residual stream and the tied unembedding read). counts: (G, B, C);
+    labels: (G, B). Returns (loss (M,), differentiable when ``backward``; accuracy (M,)
+    when not ``backward``, else None)."""
+    rows, weight, target, chunk = _class_major(counts, labels, chunk, S.dtype)
+    tables = attention_tables(S, v)
+    if backward:
+        return _MultisetLoss.apply(tables, rows, weight, target, chunk,
+                                   *(weights[k] for k in _WEIGHTS)), None
+    with torch.no_grad():
+        loss, correct, _ = _pair_pass(tables, {k: weights[k].detach() for k in _WEIGHTS},
+                                      rows, weight, target, chunk, backward=False)
+    return loss, correct
 
 
 def multiset_loss(params: dict[str, Tensor], counts: Tensor, labels: Tensor,

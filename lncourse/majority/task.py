@@ -26,8 +26,8 @@ __all__ = [
     "VARIANTS", "CONTROL_VARIANTS", "READING_VARIANTS", "INTERVENTION_VARIANTS",
     "ALL_VARIANTS", "PARAM_NAMES", "NORM_OF", "make_dataset", "stratified_split",
     "class_counts", "norm1", "MajorityModel", "get_params", "set_params", "stack_params",
-    "effective_queries", "query_angles", "attention_uniformity", "hand_built_model",
-]
+    "effective_queries", "query_angles", "attention_uniformity", "scores_uniformity",
+    "hand_built_model"]
 
 # The norm in front of attention, in the paper's four versions. "no_projection" is the
 # paper's definition, sqrt(d) x / ||x||; "no_projection_released" is what the released
@@ -305,6 +305,13 @@ def attention_uniformity(W_E: Tensor, W_in: Tensor, variant: str, counts: Tensor
     h = gain * norm1(W_E.double(), variant)                           # (C, d)
     W_Q, W_K, _ = W_in.double().chunk(3)
     S = (h @ W_Q.T) @ (h @ W_K.T).T / math.sqrt(W_E.shape[-1])       # (C_i, C_j)
+    return scores_uniformity(S, counts)
+
+
+def scores_uniformity(S: Tensor, counts: Tensor) -> tuple[float, float]:
+    """:func:`attention_uniformity` from one model's class scores S (C_i, C_j), however
+    computed (chapter 5's norms); counts (B, C). float64."""
+    S = S.double()
     c = counts.double()                                               # (B, C)
     a = torch.softmax(S.unsqueeze(0) + c.log().unsqueeze(1), dim=-1)  # (B, C_i, C_j)
     u = (c / c.sum(1, keepdim=True)).unsqueeze(1)                     # (B, 1, C_j)
