@@ -1,4 +1,5 @@
-"""Figures of chapter 5: what real models' norms read, by depth, and their per-channel map."""
+"""Figures of chapter 5: what real models' norms read, by depth, and their per-channel map;
+the unselectable keys of trained heads under each norm."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from lncourse.plotting.style import COLORS, figure_and_axes
+from lncourse.plotting.style import COLORS, figure_and_axes, legend_below
 
-__all__ = ["by_depth", "channel_map"]
+__all__ = ["by_depth", "channel_map", "trained_heads"]
 
 _MODEL_COLORS = [COLORS["no_projection"], COLORS["layernorm"]]   # RMSNorm, LayerNorm
 
@@ -54,4 +55,35 @@ def channel_map(x: np.ndarray, y: np.ndarray, channels: list[int], ax: Axes | No
     ax.set_xlabel("input of the norm, one channel")
     ax.set_ylabel("output (before the gain)")
     ax.legend(markerscale=3)
+    return fig
+
+
+_VARIANT_COLORS = {"Pre-LN": COLORS["layernorm"], "RMSNorm": COLORS["no_projection"],
+                   "QK-norm": COLORS["no_projection_sigma"], "DyT": COLORS["no_scaling"]}
+
+
+def trained_heads(summary: dict, ax: Axes | None = None) -> Figure:
+    """The unselectable share of each head's keys by layer, per norm: mean over seeds
+    (each seed's value a mean over heads and contexts) with its 95% interval, after
+    training (solid) and at initialisation (dashed, no interval).
+
+    summary: variant -> {"init"|"trained": {"layers": [[mean, low, high], ...]}}, as
+    :func:`lncourse.norms.trained.summarize` returns it.
+    """
+    fig, ax = figure_and_axes(ax)
+    for k, (variant, stages) in enumerate(summary.items()):
+        color = _VARIANT_COLORS.get(variant)
+        trained = np.asarray(stages["trained"]["layers"], dtype=float) * 100
+        init = np.asarray(stages["init"]["layers"], dtype=float) * 100
+        x = np.arange(1, len(trained) + 1) + (k - 1.5) * 0.06
+        ax.errorbar(x, trained[:, 0], yerr=[trained[:, 0] - trained[:, 1],
+                                            trained[:, 2] - trained[:, 0]],
+                    color=color, marker="o", lw=1.5, capsize=3, label=f"{variant}, trained")
+        ax.plot(x, init[:, 0], color=color, ls="--", lw=1.0, marker=".",
+                label=f"{variant}, initialisation")
+    ax.set_xticks(np.arange(1, len(trained) + 1))
+    ax.set_xlabel("layer")
+    ax.set_ylabel("unselectable keys per head (%)")
+    ax.set_ylim(bottom=0)
+    legend_below(ax, ncol=2)
     return fig

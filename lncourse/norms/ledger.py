@@ -24,13 +24,14 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.claims import ledger_main
-from lncourse.norms import real, verdict
+from lncourse.norms import real, trained, verdict
 from lncourse.norms.hidden import STATS, chance_abs_cos
 from lncourse.results import RESULTS_DIR, describe, load_result
 
 __all__ = ["SOURCE", "reported", "main"]
 
 SOURCE = "norms/real_paper"
+HEADS = "norms/trained_heads"
 LEDGER = "norms/reported"
 
 
@@ -62,20 +63,35 @@ def _model(m: dict) -> dict:
                                    int(np.argmin(s["saturation"]["mean"]))]}}
 
 
-def reported(stored: dict) -> dict:
-    """Every number chapter 5 reports from the stored file (see the module's docstring);
-    the summaries are recomputed from the per-passage values, so an edit of either shows."""
+def _heads(stored: dict) -> dict:
+    """What the chapter reports from the trained per-head run: the line that says what ran,
+    the summary recomputed from the stored counts (and the stored one beside it), each
+    model's last evaluated test loss, and the claims."""
+    return {"describe": describe(stored), "config": stored["config"],
+            "summary": trained.summarize(stored["models"]),
+            "stored_summary": stored["summary"],
+            "final_test_loss": {v: [r["history"]["test_loss"][-1] for r in runs]
+                                for v, runs in stored["models"].items()},
+            "claims": {text: holds for text, holds in verdict.heads_claims(stored).items()}}
+
+
+def reported(stored: dict, heads: dict) -> dict:
+    """Every number chapter 5 reports from its stored files (see the module's docstring);
+    the summaries are recomputed from the per-passage values and the per-head counts, so
+    an edit of either shows."""
     return {"describe": describe(stored), "n_passages": stored["config"]["n_passages"],
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
-            "claims": {text: holds for text, holds in verdict.claims(stored).items()}}
+            "claims": {text: holds for text, holds in verdict.claims(stored).items()},
+            "trained_heads": _heads(heads)}
 
 
 def main(argv: list[str] | None = None):
     """``python -m lncourse.norms.ledger``: write the ledger of chapter 5."""
     return ledger_main("lncourse.norms.ledger", __doc__.split("\n\n")[0],
                        RESULTS_DIR / f"{LEDGER}.json",
-                       lambda: (reported(load_result(SOURCE)), {"stored": f"{SOURCE}.json"}),
+                       lambda: (reported(load_result(SOURCE), load_result(HEADS)),
+                                {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json"}),
                        argv)
 
 

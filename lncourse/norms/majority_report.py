@@ -176,8 +176,10 @@ LEDGER = "norms/majority_reported"
 
 def reported(stored: dict, data: dict | None = None) -> dict:
     """Every number chapter 5 reports from the stored run: what ran and :func:`summary`."""
+    from lncourse.norms.verdict import arms_claims
     from lncourse.results import describe
-    return {"describe": describe(stored), **summary(stored, data)}
+    out = summary(stored, data)
+    return {"describe": describe(stored), **out, "claims": arms_claims(out)}
 
 
 def main(argv: list[str] | None = None):

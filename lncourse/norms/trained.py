@@ -23,6 +23,7 @@ Shapes: contexts (S, T); keys per head (T, 2); counts [layer][head][context].
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_t
 from lncourse.transformer import GPT, TransformerConfig
 
 __all__ = ["VARIANTS", "HeadsConfig", "PRESETS", "build", "head_counts", "summarize",
-           "load_model", "main"]
+           "load_model", "with_qk_eps", "run", "main"]
 
 # label -> the TransformerConfig switches that make the variant
 VARIANTS = {"Pre-LN": {"norm": "layernorm"},
@@ -110,6 +111,20 @@ def head_counts(model: GPT, contexts: torch.Tensor) -> list:
     return out
 
 
+def with_qk_eps(model: GPT, eps: float) -> GPT:
+    """A copy of a QK-norm model whose query and key norms use ``eps`` (0: every head's
+    keys exactly on its ellipse, up to rounding); the cause of the keys QK-norm leaves
+    unselectable is measured by counting again with eps = 0."""
+    if not hasattr(model.blocks[0].attn, "k_norm"):
+        raise ValueError("the model has no QK-norm")
+    if not (isinstance(eps, float) and eps >= 0):
+        raise ValueError(f"eps must be a float >= 0, got {eps!r}")
+    out = copy.deepcopy(model)
+    for block in out.blocks:
+        block.attn.k_norm.eps = block.attn.q_norm.eps = eps
+    return out
+
+
 def summarize(models: dict) -> dict:
     """Per variant and stage: per-layer means with a t interval over seeds (each seed's
     value is its mean over heads and contexts), and the overall mean."""
@@ -138,16 +153,12 @@ def _contexts(cfg: HeadsConfig, test_ids: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def main(argv: list[str] | None = None) -> Path:
-    """Train every variant and seed (each resumable from its checkpoint), measure, store."""
-    args = run_arguments("lncourse.norms.trained", "Per-head selectability of chapter 2's "
-                         "model under Pre-LN, RMSNorm, QK-norm and DyT.", PRESETS
-                         ).parse_args(argv)
-    cfg = PRESETS[args.preset]()
-    name = "trained_heads" if args.preset == "paper" else f"trained_heads_{args.preset}"
-    ck_dir = RESULTS_DIR / "checkpoints" / f"norms_{name}"
-    started = run_started(ck_dir / "run", command_line("lncourse.norms.trained", argv))
-    (ck_dir / "run").touch()
+def run(cfg: HeadsConfig, device: str = "cpu", progress: bool = True,
+        checkpoints: Path | None = None) -> dict:
+    """Train every variant and seed of ``cfg`` and count every head's keys, at
+    initialisation and after training: the payload of the stored file (without its
+    provenance), plus ``seconds`` of training. With ``checkpoints``, a folder, each model
+    resumes from its own checkpoint there."""
     tok, train_ids, test_ids = _data(cfg)
     contexts = _contexts(cfg, test_ids)
     models, wall = {}, 0.0
@@ -160,18 +171,33 @@ def main(argv: list[str] | None = None) -> Path:
             history = train_lm(model, train_ids, test_ids, steps=cfg.steps,
                                batch_size=cfg.batch_size, block_size=cfg.block_size,
                                lr=cfg.lr, eval_every=max(cfg.steps // 10, 1),
-                               eval_batches=cfg.eval_batches, seed=seed, device=args.device,
-                               checkpoint_path=ck_dir / f"{variant}_{seed}.ckpt",
-                               progress=not args.quiet, timing=timing)
+                               eval_batches=cfg.eval_batches, seed=seed, device=device,
+                               checkpoint_path=(checkpoints / f"{variant}_{seed}.ckpt"
+                                                if checkpoints else None),
+                               progress=progress, timing=timing)
             model.cpu()
             wall += timing.get("seconds", 0.0)
             models[variant].append({"seed": seed, "init": init,
                                     "trained": head_counts(model, contexts),
                                     "history": history,
                                     "weights": encode_state(model.state_dict())})
-    payload = {"config": {**dataclasses.asdict(cfg), "vocab_size": tok.vocab_size},
-               "variants": VARIANTS, "contexts": contexts.tolist(), "models": models,
-               "summary": summarize(models)}
+    return {"config": {**dataclasses.asdict(cfg), "vocab_size": tok.vocab_size},
+            "variants": VARIANTS, "contexts": contexts.tolist(), "models": models,
+            "summary": summarize(models), "seconds": wall}
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Train every variant and seed (each resumable from its checkpoint), measure, store."""
+    args = run_arguments("lncourse.norms.trained", "Per-head selectability of chapter 2's "
+                         "model under Pre-LN, RMSNorm, QK-norm and DyT.", PRESETS
+                         ).parse_args(argv)
+    cfg = PRESETS[args.preset]()
+    name = "trained_heads" if args.preset == "paper" else f"trained_heads_{args.preset}"
+    ck_dir = RESULTS_DIR / "checkpoints" / f"norms_{name}"
+    started = run_started(ck_dir / "run", command_line("lncourse.norms.trained", argv))
+    (ck_dir / "run").touch()
+    payload = run(cfg, args.device, not args.quiet, ck_dir)
+    wall = payload.pop("seconds")
     return store_run(RESULTS_DIR / "norms" / f"{name}.json", payload, args.device, wall,
                      started)
 

@@ -42,3 +42,57 @@ def claims(stored: dict) -> dict[str, bool]:
         "without token 0 a milder bend remains: the interval is below 1 at most norms":
             bool(rest_below.sum() > n / 2),
     }
+
+
+def heads_claims(stored: dict) -> dict[str, bool]:
+    """The claims of the trained per-head section (``results/norms/trained_heads.json``),
+    from the summaries recomputed from the stored counts: intervals are 95% t intervals
+    over seeds of the share of unselectable keys per head."""
+    from lncourse.norms.trained import summarize
+
+    s = summarize(stored["models"])
+    trained = {v: s[v]["trained"]["overall"] for v in s}      # mean, low, high
+    init = {v: s[v]["init"]["overall"] for v in s}
+    qk = trained["QK-norm"]
+    loss = {v: float(np.mean([r["history"]["test_loss"][-1] for r in runs]))
+            for v, runs in stored["models"].items()}
+    others = [v for v in trained if v != "QK-norm"]
+    return {
+        "after training, QK-norm's interval lies below each other norm's":
+            all(qk[2] < trained[v][1] for v in others),
+        "QK-norm leaves some keys unselectable (its mean is above 0)": qk[0] > 0,
+        "Pre-LN, RMSNorm and DyT each leave more than half the keys unselectable":
+            all(trained[v][0] > 0.5 for v in others),
+        "at initialisation too, QK-norm's interval lies below each other norm's":
+            all(init["QK-norm"][2] < init[v][1] for v in others),
+        "at every layer, QK-norm's trained interval lies below each other norm's":
+            all(q[2] < o[1] for v in others
+                for q, o in zip(s["QK-norm"]["trained"]["layers"], s[v]["trained"]["layers"])),
+        "training lowers QK-norm's share (its trained interval lies below its initial one)":
+            qk[2] < init["QK-norm"][1],
+        "DyT's mean test loss exceeds each other norm's by more than 0.5 nats":
+            all(loss["DyT"] > loss[v] + 0.5 for v in loss if v != "DyT"),
+    }
+
+
+def arms_claims(summary: dict) -> dict[str, bool]:
+    """The claims of the majority-arms section, from
+    :func:`lncourse.norms.majority_report.summary` of the stored run."""
+    arms, ran = summary["arms"], summary["ran"]
+    ng = arms["ngpt"]
+    same = [ci for ci in ng["vs_layernorm_90_same_lr"].values()]
+    angles = {a: c["mean_query_angle"] for a, c in arms.items()
+              if c["mean_query_angle"] is not None}
+    return {
+        "at its own lr, no arm reaches 90% measurably sooner or later than LayerNorm":
+            all(v["tuned"] == "not resolved" for v in summary["verdict"].values()),
+        "nGPT's chosen lr is the top of the grid": ng["best_lr"] == max(ran["lrs"]),
+        "at its own lr, nGPT reaches 80% sooner than LayerNorm (interval below 0)":
+            ng["vs_layernorm_80"][2] < 0,
+        "at one shared lr, nGPT is resolved faster at one lr and slower at another":
+            any(ci[2] < 0 for ci in same) and any(ci[1] > 0 for ci in same),
+        "only LayerNorm's mean query angle to 1 is below 60 degrees":
+            [a for a, x in angles.items() if x < 60] == ["layernorm"],
+        "every arm's attention is within 0.05 (TV) of uniform":
+            all(c["mean_attention_tv"] < 0.05 for c in arms.values()),
+    }

@@ -2,7 +2,8 @@
 ledger (results/norms/reported.json; lncourse.norms.ledger): editing a stored value that a
 reported number depends on, or the ledger, fails
 test_every_reported_number_matches_the_ledger. The per-passage values themselves are
-recomputed from the models by test_real.py."""
+recomputed from the models by test_real.py, the per-head counts and test losses from the
+stored weights by test_trained.py."""
 
 from __future__ import annotations
 
@@ -22,8 +23,13 @@ def stored():
     return load_result(L.SOURCE)
 
 
-def test_every_reported_number_matches_the_ledger(stored):
-    differences = C.compare(L.reported(stored), C.load_ledger(LEDGER))
+@pytest.fixture(scope="module")
+def heads():
+    return load_result(L.HEADS)
+
+
+def test_every_reported_number_matches_the_ledger(stored, heads):
+    differences = C.compare(L.reported(stored, heads), C.load_ledger(LEDGER))
     assert not differences, ("chapter 5's numbers differ from results/norms/reported.json "
                              "(the stored file or the ledger was changed; if a new run is "
                              "meant, rewrite it: python -m lncourse.norms.ledger):\n  "
@@ -46,5 +52,21 @@ def _edit(stored, what):
 
 @pytest.mark.parametrize("what", ["a middle passage", "a summary mean", "an interval",
                                   "the width"])
-def test_an_edited_stored_number_fails_the_ledger(stored, what):
-    assert C.compare(L.reported(_edit(stored, what)), C.load_ledger(LEDGER)), what
+def test_an_edited_stored_number_fails_the_ledger(stored, heads, what):
+    assert C.compare(L.reported(_edit(stored, what), heads), C.load_ledger(LEDGER)), what
+
+
+def _edit_heads(heads, what):
+    heads = copy.deepcopy(heads)
+    if what == "a count":
+        heads["models"]["DyT"][0]["trained"][1][2][7] += 1 / 256
+    elif what == "a stored mean":
+        heads["summary"]["QK-norm"]["trained"]["overall"][0] += 0.01
+    elif what == "a test loss":
+        heads["models"]["RMSNorm"][2]["history"]["test_loss"][-1] -= 0.05
+    return heads
+
+
+@pytest.mark.parametrize("what", ["a count", "a stored mean", "a test loss"])
+def test_an_edited_per_head_number_fails_the_ledger(stored, heads, what):
+    assert C.compare(L.reported(stored, _edit_heads(heads, what)), C.load_ledger(LEDGER)), what

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lncourse.claims import flatten
+from lncourse.lm import evaluate_lm
 from lncourse.norms import trained
 from lncourse.results import RESULTS_DIR
 
@@ -40,6 +41,11 @@ def _check(stored: dict, variant: str, seed: int) -> None:
                                atol=1e-12, err_msg=f"{variant}, seed {seed}, init")
     assert flatten(trained.summarize(stored["models"])) == pytest.approx(
         flatten(stored["summary"]), rel=1e-12, nan_ok=True)
+    _, _, test_ids = trained._data(cfg)
+    model = trained.load_model(stored, variant, seed)
+    loss = evaluate_lm(model, test_ids, batches=cfg.eval_batches, batch_size=cfg.batch_size,
+                       block_size=cfg.block_size, seed=seed + 1, device="cpu")
+    assert loss == pytest.approx(run["history"]["test_loss"][-1], rel=1e-6), (variant, seed)
 
 
 def test_variants_are_the_norms_they_name(tiny_run):
@@ -63,6 +69,22 @@ def test_qk_norm_leaves_few_keys_inside_and_the_run_recomputes(tiny_run):
         _check(tiny_run, variant, seed=1)
 
 
+def test_qk_norm_with_eps_zero_puts_every_key_on_its_ellipse(tiny_run):
+    """The keys QK-norm leaves inside come from its eps: counted again in float64 with
+    eps = 0, none is left; in float32 a few keys a few 1e-5 radians from a neighbour fall
+    inside by rounding (and the copy leaves the stored model as it was)."""
+    contexts = torch.tensor(tiny_run["contexts"])
+    model = trained.load_model(tiny_run, "QK-norm", 1)
+    with_eps = np.mean(trained.head_counts(model, contexts))
+    exact = trained.with_qk_eps(model, 0.0).double()
+    assert np.mean(trained.head_counts(exact, contexts)) == 0.0 < with_eps
+    rounded = np.mean(trained.head_counts(trained.with_qk_eps(model, 0.0), contexts))
+    assert rounded < with_eps / 5
+    assert np.mean(trained.head_counts(model, contexts)) == with_eps
+    with pytest.raises(ValueError):
+        trained.with_qk_eps(trained.load_model(tiny_run, "Pre-LN", 1), 0.0)
+
+
 def test_an_edited_count_or_summary_fails_the_check(tiny_run):
     edited = json.loads(json.dumps(tiny_run))
     edited["models"]["DyT"][1]["trained"][2][1][0] += 1 / 32               # one count
@@ -72,11 +94,27 @@ def test_an_edited_count_or_summary_fails_the_check(tiny_run):
     edited["summary"]["RMSNorm"]["trained"]["layers"][0][0] -= 0.01          # a reported mean
     with pytest.raises(AssertionError):
         _check(edited, "Pre-LN", seed=1)
+    edited = json.loads(json.dumps(tiny_run))
+    edited["models"]["QK-norm"][1]["history"]["test_loss"][-1] += 0.01        # a test loss
+    with pytest.raises(AssertionError):
+        _check(edited, "QK-norm", seed=1)
 
 
-@pytest.mark.skipif(not STORED.exists(), reason="the run (python -m lncourse.norms.trained "
-                    "--preset paper) is not stored yet")
+@pytest.fixture(scope="module")
+def stored():
+    return json.loads(STORED.read_text())
+
+
 @pytest.mark.parametrize("variant", list(trained.VARIANTS))
-def test_stored_run_recomputes(variant):
-    stored = json.loads(STORED.read_text())
-    _check(stored, variant, seed=stored["config"]["seeds"][-1])
+def test_stored_run_recomputes_first_and_last_seed(stored, variant):
+    """Every count, summary and test loss of the first and the last seed, from the stored
+    weights (the ledger test recomputes every summary from the counts)."""
+    for seed in (stored["config"]["seeds"][0], stored["config"]["seeds"][-1]):
+        _check(stored, variant, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", list(trained.VARIANTS))
+def test_stored_run_recomputes_every_seed(stored, variant):
+    for seed in stored["config"]["seeds"]:
+        _check(stored, variant, seed)
