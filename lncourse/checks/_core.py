@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -129,8 +130,9 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     ``dtype`` is the precision of cases without floating inputs. ``forbidden`` maps the
     dotted names of calls the exercise forbids to the reason shown if one is made;
     ``seconds`` (default ``SECONDS``) limits the time of all calls together.
-    Prints one line when every case passes; raises ``AssertionError`` otherwise (and
-    lets the ``NotImplementedError`` of an unfinished stub through).
+    Prints one line when every case passes (two where one would not fit the book's
+    column); raises ``AssertionError`` otherwise (and lets the ``NotImplementedError``
+    of an unfinished stub through).
     """
     if (reference is None) == (judge is None):
         raise ValueError("give exactly one of reference and judge")
@@ -172,6 +174,9 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
         raise AssertionError(f"{name}: {why} (on input ({where}))")
     line = f"check_{name} passed: {passed} on {len(cases)} inputs"
     detail = f"largest difference {worst:.2e}" if reference is not None else ""
-    # one line where it fits the book's column (COLUMN_CHARS characters), else two
-    sep = ", " if len(line) + 2 + len(detail) <= COLUMN_CHARS else ",\n  "
-    print(line + (sep + detail if detail else ""))
+    if detail and len(line) + 2 + len(detail) <= COLUMN_CHARS:   # the book's column
+        print(f"{line}, {detail}")
+    else:   # wrapped, the largest difference on a line of its own
+        print(textwrap.fill(line + ("," if detail else ""), COLUMN_CHARS,
+                            subsequent_indent="  ", break_on_hyphens=False)
+              + (f"\n  {detail}" if detail else ""))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.paper import format_table
+from lncourse.results import COLUMN_CHARS
 from lncourse.selectability.exact import selectability, selectability_batch
 from lncourse.selectability.experiments import (PAPER_TABLE1, PAPER_TABLE2, norm_cv,
                                         random_directions, random_key_sets)
@@ -55,7 +56,8 @@ def proxy_curves(result: dict) -> dict[int, list[float]]:
             for d, f in result["proxy"].items()}
 
 
-def tables_1_2(runs: dict[str, dict], n_by_run: dict[str, int | None] | None = None) -> str:
+def tables_1_2(runs: dict[str, dict], n_by_run: dict[str, int | None] | None = None,
+               width: int = COLUMN_CHARS) -> str:
     """Tables 1 and 2, ours (one row per run, each at its n) beside the paper's.
 
     runs: {row label: result}; n_by_run: {row label: n} (default: each run's largest).
@@ -77,10 +79,10 @@ def tables_1_2(runs: dict[str, dict], n_by_run: dict[str, int | None] | None = N
     block("Table 2: before the LN (resid_pre)", FULL, "before",
           (PAPER_TABLE2.source.split(", ")[-1], PAPER_TABLE2["before LayerNorm"]))
     return format_table(header, [[r[0], *[None if v is None else float(v) for v in r[1:]]]
-                                 for r in rows])
+                                 for r in rows], width=width)
 
 
-def diagnostics(result: dict, seed: int = 0) -> str:
+def diagnostics(result: dict, seed: int = 0, width: int = COLUMN_CHARS) -> str:
     """Per model and quantity at the largest n: % unselectable, mean distinct tokens, and
     the coefficient of variation of the norms (whitened, and raw) beside a Gaussian's at
     the same n and dimension."""
@@ -102,7 +104,7 @@ def diagnostics(result: dict, seed: int = 0) -> str:
         cv = float(norm_cv(random_key_sets(T, d, 8, seed), whiten=True).mean())
         rows.append([f"Gaussian proxy ({d}-D)", 100 * float(frac), float(T), f"{cv:.3f}",
                      f"{cv:.3f}"])
-    return format_table(header, rows)
+    return format_table(header, rows, width=width)
 
 
 def training_curve(result: dict) -> tuple[list[int], dict[str, list[float]]]:
@@ -121,7 +123,8 @@ def training_curve(result: dict) -> tuple[list[int], dict[str, list[float]]]:
     return steps or [], out
 
 
-def release_differences(stored: dict, stored_bpe: dict, fast: dict) -> str:
+def release_differences(stored: dict, stored_bpe: dict, fast: dict,
+                        width: int = COLUMN_CHARS) -> str:
     """Where our Table 1/2 experiment differs from the released code, and whether each
     difference can change the count. Our side is read from the runs' configurations:
     ``stored`` (characters, the paper's context), ``stored_bpe`` and ``fast`` (this
@@ -149,7 +152,7 @@ def release_differences(stored: dict, stored_bpe: dict, fast: dict) -> str:
         ["measured", "8-D ln_1 output, whole context", "the same (float64)", "no"],
         ["averaged", "per-context fraction, mean over contexts", "the same", "no"],
     ]
-    return format_table(header, rows)
+    return format_table(header, rows, width=width)
 
 
 def minilm_fractions(cache: dict, mask, n_layers: int) -> dict[str, list[float]]:

@@ -183,15 +183,17 @@ def claims(result: dict) -> list[Claim]:
     return out
 
 
-def seeds_table(result: dict) -> str:
+def seeds_table(result: dict, width: int | None = None) -> str:
     """Tables 1 and 2 from the seeded runs: per layer, mean [95% interval] over seeds and
     contexts, each beside the paper's row."""
     from lncourse.paper import format_table
     rows = layer_rows(result)
     out = []
-    for (label, q), paper in PAPER.items():
-        out.append([f"ours: {label}, {q} ln1",
-                    *[f"{m:.1f} [{lo:.1f}, {hi:.1f}]" for m, lo, hi in rows[label, q]]])
+    for (label, q), paper in PAPER.items():   # the interval on a row of its own (column)
+        out.append([f"ours: {label}, {q} ln1", *[float(m) for m, _, _ in rows[label, q]]])
+        out.append(["  95% interval",
+                    *[f"[{lo:.1f}, {hi:.1f}]" for _, lo, hi in rows[label, q]]])
         out.append(["  paper", *[float(p) for p in paper]])
     n_layers = len(next(iter(rows.values())))
-    return format_table(["% unselectable", *[f"L{i + 1}" for i in range(n_layers)]], out)
+    header = ["% unselectable", *[f"L{i + 1}" for i in range(n_layers)]]
+    return format_table(header, out, **({} if width is None else {"width": width}))

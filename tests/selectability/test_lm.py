@@ -104,11 +104,15 @@ def test_config_refuses_bad_values(kw, match):
 
 
 def test_report_helpers(tiny_run):
-    table = report.tables_1_2({"tiny": tiny_run})
+    wide = 1000   # one row per line, to read the cells; the book's column wraps them
+    table = report.tables_1_2({"tiny": tiny_run}, width=wide)
     assert "paper (Table 1)" in table and "51.0" in table
-    table = report.release_differences(tiny_run, tiny_run, tiny_run)
+    table = report.release_differences(tiny_run, tiny_run, tiny_run, width=wide)
     assert "release" in table and f"{TINY.steps} steps, batch {TINY.batch_size}" in table
-    assert "Gaussian proxy (7-D)" in report.diagnostics(tiny_run)
+    assert "Gaussian proxy (7-D)" in report.diagnostics(tiny_run, width=wide)
+    for text in (report.tables_1_2({"tiny": tiny_run}), report.diagnostics(tiny_run),
+                 report.release_differences(tiny_run, tiny_run, tiny_run)):
+        assert max(map(len, text.splitlines())) <= 77, text
     steps, track = report.training_curve(tiny_run)
     assert steps == [0, 3, 6] and len(track[f"{report.NO_SCALING}, ln1"]) == 3
     gap_keys = report.gap_summary(tiny_run, tiny_run, tiny_run)
