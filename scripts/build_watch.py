@@ -15,7 +15,8 @@ So the site build runs without a short cell timeout, and this watchdog beside it
   through ``IPYTHONDIR``) that writes, before and after each cell, a line to
   ``<dir>/<kernel pid>.json``: the cell's first line, its source's hash, running or done.
 - The watchdog samples the CPU time of each live kernel and of all its child processes
-  (``/proc``). A kernel *running* a cell that uses CPU is slow, never stalled, however
+  (``/proc``). A kernel *running* a cell that uses CPU, or waits for one (a thread in
+  state R, kept off the CPU by processes of higher priority), is slow, never stalled, however
   long it takes. A kernel that has used no CPU for ``--stall-after`` seconds while a cell
   runs (a deadlock: a lock, a pipe no one writes), or that finished a cell that long ago
   and is still idle (the client missed the reply, issue 11), is stalled: the watchdog
@@ -112,6 +113,34 @@ def tree_cpu_seconds(pid: int) -> float | None:
     return total
 
 
+def _runnable(pid: int) -> bool:
+    """Whether any thread of ``pid`` is running or waiting for a CPU (state R)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            if stat.rsplit(")", 1)[1].split()[0] == "R":
+                return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+def tree_runnable(pid: int) -> bool:
+    """Whether ``pid`` or a live descendant wants a CPU: a kernel that other processes
+    (of higher priority) keep off the CPU uses none, yet is slow, not stalled."""
+    kids, todo = _children(), [pid]
+    while todo:
+        p = todo.pop()
+        if _runnable(p):
+            return True
+        todo += kids.get(p, [])
+    return False
+
+
 def locate(sha: str, first_line: str, chapters: Path) -> str:
     """``<chapter>, cell <index>`` for the cell whose source hashes to ``sha``."""
     try:
@@ -149,7 +178,8 @@ class Watch:
                 self.last_busy.pop(pid, None)
                 continue
             seen, since = self.last_busy.get(pid, (None, now))
-            if seen is None or cpu - seen > 0.5:         # it used CPU: slow, not stalled
+            # it used CPU, or it waits for one (starved by busier processes): slow
+            if seen is None or cpu - seen > 0.5 or tree_runnable(pid):
                 self.last_busy[pid] = (cpu, now)
                 continue
             idle = now - max(since, record["time"])

@@ -18,7 +18,8 @@ import jupytext
 import nbformat
 import pytest
 
-from build_watch import Watch, _cpu_seconds, install_hook, tree_cpu_seconds   # scripts/ (see conftest.py)
+from build_watch import (Watch, _cpu_seconds, install_hook,  # scripts/ (see conftest.py)
+                         tree_cpu_seconds, tree_runnable)
 
 pytestmark = pytest.mark.notebooks   # starts kernels; runs after the lanes (scripts/test.sh)
 
@@ -109,6 +110,35 @@ def test_a_busy_cell_beside_cpu_hogs_is_left_to_finish(tmp_path, cpu_hogs):
     watch.folder.mkdir()
     assert _execute(nb, tmp_path, timeout=300, watch=watch) is None
     assert not (watch.folder / "STALLED").exists()
+
+
+def test_a_starved_kernel_is_slow_not_stalled(tmp_path, monkeypatch):
+    """A kernel kept off the CPU by processes of higher priority uses no CPU, but its
+    thread is runnable (state R): the watchdog leaves it (a build at nice 15 beside busy
+    processes was stopped as stalled before this). Its CPU clock is frozen here."""
+    import build_watch
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(1.0)
+        assert tree_runnable(busy.pid) and not tree_runnable(idle.pid)
+        monkeypatch.setattr(build_watch, "tree_cpu_seconds", lambda pid: 1.0)
+        _, book = _chapter(tmp_path, "x = 1")
+        watch = Watch(tmp_path / "watch", stall_after=4.0, chapters=book)
+        watch.folder.mkdir()
+        for proc in (busy, idle):
+            (watch.folder / f"{proc.pid}.json").write_text(
+                '{"state": "running", "time": 0, "first_line": "x = 1", "sha": "0"}')
+        t = time.time()
+        for dt in (0, 5, 10):
+            watch.check(now=t + dt)
+        assert busy.poll() is None, "the starved (runnable) kernel was stopped"
+        assert idle.poll() is not None, "the idle kernel was not stopped"
+    finally:
+        for proc in (busy, idle):
+            proc.kill()
+            proc.wait()
 
 
 def test_cpu_time_counts_child_processes():
