@@ -72,6 +72,7 @@ def _positive_int(name: str, value) -> None:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+@torch.enable_grad()   # a notebook that only measures may have turned gradients off
 def train_lm(model: nn.Module, train_ids: Tensor, test_ids: Tensor, *, steps: int,
              batch_size: int, block_size: int, lr: float = 3e-3, eval_every: int = 50,
              eval_batches: int = 8, seed: int = 0, device: torch.device | str = "cpu",

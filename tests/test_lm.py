@@ -46,6 +46,16 @@ def test_interrupted_run_resumes_to_the_same_history(data, tmp_path):
     assert timing["seconds"] >= timing["session_seconds"] > 0
 
 
+def test_training_works_where_gradients_are_turned_off(data):
+    """Chapter 5 turns gradients off for its measurements and trains in full mode: the
+    trainer turns them back on for itself (and leaves the setting as it found it)."""
+    train, test, vocab = data
+    full = train_lm(_model(vocab), train, test, **KW)
+    with torch.no_grad():
+        assert train_lm(_model(vocab), train, test, **KW) == full
+        assert not torch.is_grad_enabled()
+
+
 def test_resume_from_the_step0_checkpoint_does_not_repeat_step0(data, tmp_path):
     train, test, vocab = data
     full = train_lm(_model(vocab), train, test, **KW)
