@@ -16,10 +16,12 @@ def _seed():
 
 
 def assert_check_passes(check, solution, capsys, hidden=False) -> None:
-    """A check accepts a solution, returns None and prints exactly one line."""
+    """A check accepts a solution, returns None and prints exactly one message: a line
+    saying it passed, wrapped to the book's column (continuation lines indented)."""
     assert check(solution, hidden=hidden) is None
-    out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith(f"{check.__name__} passed"), out
+    out = capsys.readouterr().out.rstrip().splitlines()
+    assert out and out[0].startswith(f"{check.__name__} passed"), out
+    assert all(line.startswith("  ") and line.strip() for line in out[1:]), out
 
 
 def raised_message(check, answer, hidden=False) -> str:
