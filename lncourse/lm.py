@@ -67,6 +67,21 @@ def describe_model(model: nn.Module) -> dict:
             "shapes": {k: list(v.shape) for k, v in model.state_dict().items()}}
 
 
+def _fill_new_fields(stored: dict, model: nn.Module) -> None:
+    """Give a checkpoint's stored model configuration the default of every configuration
+    field added since it was written (as ``TransformerConfig.qk_norm``), so a run resumes
+    after a compatible addition; a stored value, or a field left off the defaults, still
+    differs."""
+    cfg, old = getattr(model, "cfg", None), stored.get("model", {}).get("cfg")
+    if not (dataclasses.is_dataclass(cfg) and isinstance(old, dict)):
+        return
+    for field in dataclasses.fields(cfg):
+        default = field.default
+        if field.name not in old and default is not dataclasses.MISSING \
+                and getattr(cfg, field.name) == default:
+            old[field.name] = default
+
+
 def _positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -118,6 +133,7 @@ def train_lm(model: nn.Module, train_ids: Tensor, test_ids: Tensor, *, steps: in
         if state.get("kind") != "lm":
             raise ValueError(f"{checkpoint_path} is not a train_lm checkpoint; delete it or "
                              "choose another path")
+        _fill_new_fields(state["config"], model)
         differ = sorted(k for k in config.keys() | state["config"].keys()
                         if config.get(k) != state["config"].get(k))
         if differ:

@@ -132,3 +132,29 @@ def test_measure_is_recorded_at_every_evaluation(data):
 
     h = train_lm(_model(vocab), train, test, **KW, measure=measure)
     assert h["measure"] == [{"n": k + 1} for k in range(len(h["step"]))]
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_a_checkpoint_from_before_a_new_config_field_resumes_only_at_its_default(
+        data, tmp_path, qk_norm):
+    """A checkpoint written before TransformerConfig gained ``qk_norm`` resumes a model
+    that leaves the new field at its default, and is refused by one that sets it."""
+    from lncourse.checkpoint import load_checkpoint, save_checkpoint
+    train, test, vocab = data
+    ck = tmp_path / "lm.pt"
+    kw = {**KW, "steps": 10}
+    full = train_lm(_model(vocab), train, test, **kw)
+    crash = {"steps": 5}
+    train_lm(_model(vocab), train, test, **{**kw, **crash}, checkpoint_path=ck)
+    state = load_checkpoint(ck)
+    state["config"]["steps"] = 10            # as if interrupted at step 5 of 10
+    del state["config"]["model"]["cfg"]["qk_norm"]   # written before the field existed
+    save_checkpoint(ck, {k: v for k, v in state.items() if k != "kind"}, kind="lm")
+    torch.manual_seed(0)
+    model = GPT(TransformerConfig(vocab_size=vocab, d_model=8, n_heads=2, n_layers=1,
+                                  block_size=16, qk_norm=qk_norm))
+    if qk_norm:
+        with pytest.raises(ValueError, match="another run .*model"):
+            train_lm(model, train, test, **kw, checkpoint_path=ck)
+    else:
+        assert train_lm(model, train, test, **kw, checkpoint_path=ck) == full
