@@ -184,10 +184,22 @@ def layer_vectors(model: GPT, contexts: Tensor) -> dict[str, np.ndarray]:
     """
     m64 = copy.deepcopy(model).double().eval()
     device = next(m64.parameters()).device
-    _, _, cache = m64(contexts.to(device), return_cache=True)
-    L = model.cfg.n_layers
-    return {key: np.stack([cache[f"blocks.{i}.{key}"].double().cpu().numpy()
-                           for i in range(L)]) for key in ("resid_pre", "ln1")}
+    # Hooks read each block's input and its ln1's output: the model's cache would also
+    # write out every (B, H, T, T) attention pattern, more than half the time at T = 1,024.
+    grabbed: dict[str, list[Tensor]] = {"resid_pre": [], "ln1": []}
+    hooks = []
+    for block in m64.blocks:
+        hooks.append(block.register_forward_pre_hook(
+            lambda _, args: grabbed["resid_pre"].append(args[0])))
+        hooks.append(block.ln1.register_forward_hook(
+            lambda _, args, out: grabbed["ln1"].append(out)))
+    try:
+        m64(contexts.to(device))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {key: np.stack([t.cpu().numpy() for t in grabbed[key]])
+            for key in ("resid_pre", "ln1")}
 
 
 def measure_model(model: GPT, contexts: Tensor, ns) -> dict:

@@ -74,6 +74,20 @@ def test_float32_measurement_would_miscount():
     assert (sv32[:, -1] / sv32[:, 0]).min() > 1e-9 > (sv64[:, -1] / sv64[:, 0]).max()
 
 
+def test_layer_vectors_are_the_float64_models_own_cache(tiny_run):
+    """The hooks read exactly what the model's cache holds: each block's input and its
+    ln1's output, every layer, bit for bit, and leave no hook behind."""
+    model = load_model(tiny_run, report.NO_SCALING)
+    ctx = torch.tensor(tiny_run["contexts"])
+    with torch.no_grad():
+        _, _, cache = copy.deepcopy(model).double()(ctx, return_cache=True)
+    vec = layer_vectors(model, ctx)
+    for key in ("resid_pre", "ln1"):
+        want = np.stack([cache[f"blocks.{i}.{key}"].numpy() for i in range(4)])
+        np.testing.assert_array_equal(vec[key], want)
+    assert vec["resid_pre"].dtype == np.float64 and not model.blocks[0]._forward_pre_hooks
+
+
 def test_layer_vectors_leave_the_model_alone(tiny_run):
     model = load_model(tiny_run, report.FULL).train()
     before = copy.deepcopy(model.state_dict())
