@@ -50,6 +50,7 @@ export LNCOURSE_NO_WIDGETS=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 mkdir -p _build
 stamp() { echo "[test] $1 at $(( $(date +%s) - start )) s"; }
+TIMEFORMAT="%0R s wall, %0U s user + %0S s system CPU"
 
 # pip's resolution of requirements.txt for the reader's-environment test
 # (tests/book/test_colab.py::test_requirements_resolve_to_newest), started now: it mostly
@@ -98,9 +99,13 @@ run_queue() {   # $1: the lane's name. Takes the first unclaimed task it can run
       fi
       mkdir "_build/.claim-$name" 2>/dev/null || continue
       stamp "lane $1: $name started"
-      rc=0; ( task "$name" ) > "_build/task-$name.log" 2>&1 || rc=$?
+      rc=0
+      # bash's time keyword counts the CPU of the task's children too (kernels,
+      # learners, Chromium): a lane's wall time alone hides what it took from the other
+      { time { ( task "$name" ) > "_build/task-$name.log" 2>&1 || rc=$?; }; } \
+        2> "_build/task-$name.time"
       echo "$rc" > "_build/task-$name.rc"
-      stamp "lane $1: $name done (exit $rc)"
+      stamp "lane $1: $name done (exit $rc; $(cat "_build/task-$name.time"))"
       ran=1; break
     done
     [ "$ran" -eq 1 ] && continue
@@ -113,7 +118,7 @@ run_queue B > _build/lane-b.log 2>&1 &
 lane_b=$!
 
 stamp "lane A: site build"
-if bash scripts/build_site.sh; then
+if time bash scripts/build_site.sh; then
   touch _build/.site-built
   stamp "lane A: site built"
   run_queue A
