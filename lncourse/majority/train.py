@@ -34,7 +34,8 @@ from lncourse.checkpoint import load_checkpoint, save_checkpoint
 from lncourse.progress import progress
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 
-__all__ = ["MajorityConfig", "initial_model", "train", "PRESETS", "main"]
+__all__ = ["MajorityConfig", "initial_model", "restore_multiset", "train", "PRESETS",
+           "main"]
 
 TRACE_STEPS = 25   # every step's loss is kept for the first steps (what the tests replay)
 
@@ -168,6 +169,25 @@ def _raise_if_not_finite(loss: Tensor, step: int, config: MajorityConfig) -> Non
 
 
 # ----------------------------------------------------------------------- trainers
+def restore_multiset(state: dict, config, params: dict[str, Tensor], opt: _Adam,
+                     orders: list[_BatchOrder], path) -> tuple[dict, int, float]:
+    """Put a stacked trainer's checkpoint ``state`` back (this trainer's and chapter 5's
+    :mod:`lncourse.norms.majority_run`): its parameters into ``params``, its Adam moments
+    into ``opt``, each seed's place in its epoch into ``orders``. Refuses a checkpoint of
+    another configuration (a dataclass; ``path`` names it in the error). Returns the
+    history, the step and the seconds already spent."""
+    if state.get("config") != dataclasses.asdict(config):
+        raise ValueError(f"{path} holds another run (a different configuration); delete "
+                         "it or choose another path")
+    with torch.no_grad():
+        for k in params:
+            params[k].copy_(state["params"][k])
+    opt.load(state["optimizer"])
+    for order, epoch_state in zip(orders, state["epoch_states"]):
+        order.restore(epoch_state)
+    return state["history"], state["step"], state["elapsed"]
+
+
 def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
           dtype: torch.dtype = torch.float32, checkpoint_path: str | Path | None = None,
           show_progress: bool = True, chunk: int | None = None, _on_step=None) -> dict:
@@ -201,16 +221,8 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
 
     state = load_checkpoint(checkpoint_path, kind="majority") if checkpoint_path else None
     if state is not None:
-        if state.get("config") != dataclasses.asdict(config):
-            raise ValueError(f"{checkpoint_path} holds another run (a different "
-                             "configuration); delete it or choose another path")
-        with torch.no_grad():
-            for k in params:
-                params[k].copy_(state["params"][k])
-        opt.load(state["optimizer"])
-        for order, epoch_state in zip(orders, state["epoch_states"]):
-            order.restore(epoch_state)
-        history, start, elapsed = state["history"], state["step"], state["elapsed"]
+        history, start, elapsed = restore_multiset(state, config, params, opt, orders,
+                                                   checkpoint_path)
 
     def batch(step: int):
         # One batch per seed (G = n_seeds), shared by that seed's variants and lrs.

@@ -30,7 +30,8 @@ import torch
 
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
 from lncourse.majority.config import PAPER_SEEDS
-from lncourse.majority.train import _Adam, _BatchOrder, _data, _lr_factor
+from lncourse.majority.train import (_Adam, _BatchOrder, _data, _lr_factor,
+                                     restore_multiset)
 from lncourse.norms import majority as arms_mod
 from lncourse.progress import progress
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
@@ -160,17 +161,9 @@ def train(config: ArmsConfig, *, device="cpu", checkpoint_path=None, show_progre
     start, elapsed = 0, 0.0
     state = load_checkpoint(checkpoint_path, kind=KIND) if checkpoint_path else None
     if state is not None:
-        if state["config"] != dataclasses.asdict(config):
-            raise ValueError(f"{checkpoint_path} holds another run; delete it or choose "
-                             "another path")
-        with torch.no_grad():
-            for k in params:
-                params[k].copy_(state["params"][k])
-        opt.load(state["optimizer"])
-        lrs.copy_(state["lrs"])
-        for order, s in zip(orders, state["epoch_states"]):
-            order.restore(s)
-        history, start, elapsed = state["history"], state["step"], state["elapsed"]
+        history, start, elapsed = restore_multiset(state, config, params, opt, orders,
+                                                   checkpoint_path)
+        lrs.copy_(state["lrs"])   # a diverged model's lr was set to 0: it stays stopped
     t0 = time.perf_counter()
 
     def checkpoint(step):
