@@ -126,7 +126,7 @@ def test_dyt_is_an_elementwise_tanh_with_neither_projection_nor_sphere():
     model = GPT(TransformerConfig(vocab_size=7, d_model=8, n_heads=2, n_layers=2,
                                   norm="dyt", dyt_alpha=0.7))
     norms = [model.blocks[0].ln1, model.blocks[1].ln2, model.ln_final]
-    assert all(isinstance(n, DyT) and float(n.alpha) == pytest.approx(0.7) for n in norms)
+    assert all(isinstance(n, DyT) and n.alpha.item() == pytest.approx(0.7) for n in norms)
     x = torch.randn(3, 8) * 1e4
     y = norms[0](x)
     assert torch.allclose(y, torch.tanh(0.7 * x)) and y.abs().max() <= 1.0   # a box
