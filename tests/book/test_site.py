@@ -148,6 +148,24 @@ def test_figures_have_alt_text_and_readable_text(opened, page_path):
     assert not small, small
 
 
+# Code blocks (a cell's input, or what it printed) wider than their box at 1280 px; the
+# chapters' code and printed lines keep to 77 characters (tests/book/test_code_width.py)
+_SCROLLING_CODE = """() => [...document.querySelectorAll('div.cell_input pre, div.cell_output pre')]
+    .filter(p => p.scrollWidth > p.clientWidth + 1)
+    .map(p => (p.textContent.split('\\n').find(l => l.length > 74) || p.textContent).slice(0, 90))"""
+
+
+@pytest.mark.parametrize("page_path", CHAPTER_PAGES)
+def test_code_fits_the_column(opened, page_path):
+    """Issue 19: 33-48 code blocks per chapter scrolled sideways at 1280 px (192 of 245
+    before the code was formatted to the column). Solutions count although they start
+    closed: their admonition made the box 22 px narrower, and 5 of them scrolled."""
+    page, _ = opened(page_path)
+    assert page.locator("div.cell_input pre").count() > 0
+    scrolling = page.evaluate(_SCROLLING_CODE)
+    assert not scrolling, f"{len(scrolling)} code blocks scroll sideways: {scrolling[:3]}"
+
+
 PHONE_MIN_FIGURE_TEXT_PX = 9.0   # at a 390 px phone (lncourse.plotting.phone: 10 px there)
 
 
