@@ -80,7 +80,7 @@ def arms_claims(summary: dict) -> dict[str, bool]:
     :func:`lncourse.norms.majority_report.summary` of the stored run."""
     arms, ran = summary["arms"], summary["ran"]
     ng = arms["ngpt"]
-    same = [ci for ci in ng["vs_layernorm_90_same_lr"].values()]
+    same = list(ng["vs_layernorm_90_same_lr"].values())
     angles = {a: c["mean_query_angle"] for a, c in arms.items()
               if c["mean_query_angle"] is not None}
     return {

@@ -185,8 +185,9 @@ def claims(result: dict) -> list[Claim]:
 
 def seeds_table(result: dict, width: int | None = None) -> str:
     """Tables 1 and 2 from the seeded runs: per layer, mean [95% interval] over seeds and
-    contexts, each beside the paper's row."""
+    contexts, each beside the paper's row; ``width`` defaults to the book's column."""
     from lncourse.paper import format_table
+    from lncourse.results import COLUMN_CHARS
     rows = layer_rows(result)
     out = []
     for (label, q), paper in PAPER.items():   # the interval on a row of its own (column)
@@ -196,4 +197,4 @@ def seeds_table(result: dict, width: int | None = None) -> str:
         out.append(["  paper", *[float(p) for p in paper]])
     n_layers = len(next(iter(rows.values())))
     header = ["% unselectable", *[f"L{i + 1}" for i in range(n_layers)]]
-    return format_table(header, out, **({} if width is None else {"width": width}))
+    return format_table(header, out, width=width or COLUMN_CHARS)
