@@ -22,7 +22,7 @@ from lncourse.rng import check_seed
 
 __all__ = [
     "PAPER_LEMMA2", "PAPER_FIG2", "eps_gain", "theory_variance", "logit_variance_theory",
-    "softmax_energy", "corrected_variance", "lemma4_variance",
+    "softmax_energy", "logits_energy", "corrected_variance", "lemma4_variance",
     "lemma4_amplitude", "lemma4_predicted_amplitude", "amplitude_noise", "log_bins",
 ]
 
@@ -82,7 +82,16 @@ def softmax_energy(tau2: float, seq_len: int, n_draws: int = 4000, causal: bool 
     check_sizes(2, 1, seq_len, 1.0)
     gen = torch.Generator().manual_seed(check_seed(seed))
     s = torch.randn(n_draws, seq_len, generator=gen, dtype=torch.float64)
-    s = s * math.sqrt(tau2)
+    return logits_energy(s * math.sqrt(tau2), causal)
+
+
+def logits_energy(s: Tensor, causal: bool = True) -> Tensor:
+    """m · E[Σ_n a_n²] at each m for softmaxes of drawn logits ``s`` (n_draws, T), one row
+    per draw (causal: position m's softmax over the row's first m logits): (T,)."""
+    if s.dim() != 2:
+        raise ValueError(f"logits must have shape (n_draws, T), got {tuple(s.shape)}")
+    s = s.double()
+    n_draws, seq_len = s.shape
     if causal:
         # each prefix n <= m has its own softmax: subtract the running maximum of the row
         # (the largest logit of that prefix), so that no exponential overflows
