@@ -7,7 +7,10 @@ per statistic and norm, the mean over passages with its 95% interval (recomputed
 the stored per-passage values, :func:`lncourse.norms.real.summarize`), the glued
 summaries (ratios to the chance level, counts of norms whose interval lies below or above
 a level, growth, massive activations, slope ratios) and every claim of
-:func:`lncourse.norms.verdict.claims`. The ledger ``results/norms/reported.json`` holds
+:func:`lncourse.norms.verdict.claims`; from ``norms/trained_heads.json`` the per-head
+summary, test losses and claims; from ``norms/vlens.json`` (the V lens) the summary per
+norm recomputed from the stored curves, the lens's parameters and the claims of
+:func:`lncourse.norms.verdict.vlens_claims`. The ledger ``results/norms/reported.json`` holds
 them, written by::
 
     python -m lncourse.norms.ledger
@@ -32,6 +35,7 @@ __all__ = ["SOURCE", "reported", "main"]
 
 SOURCE = "norms/real_paper"
 HEADS = "norms/trained_heads"
+VLENS = "norms/vlens"
 LEDGER = "norms/reported"
 
 
@@ -75,7 +79,22 @@ def _heads(stored: dict) -> dict:
             "claims": {text: holds for text, holds in verdict.heads_claims(stored).items()}}
 
 
-def reported(stored: dict, heads: dict) -> dict:
+def _vlens(stored: dict) -> dict:
+    """What the chapter reports from the V-lens run: the line that says what ran, the
+    summary recomputed from the stored curves, the lens's parameters per arm and the
+    claims."""
+    from lncourse.norms import vlens
+
+    cfg = vlens.VConfig(**{k: tuple(v) if k == "arms" else v
+                           for k, v in stored["config"].items()})
+    return {"describe": describe(stored), "config": stored["config"],
+            "summary": vlens.summarize(stored),
+            "lens": {a: {k: v for k, v in vlens.predicted(a, cfg).items()
+                         if k in ("tau2", "s_in", "crossover")} for a in cfg.arms},
+            "claims": verdict.vlens_claims(stored)}
+
+
+def reported(stored: dict, heads: dict, vlens: dict) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
     an edit of either shows."""
@@ -83,15 +102,17 @@ def reported(stored: dict, heads: dict) -> dict:
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
             "claims": {text: holds for text, holds in verdict.claims(stored).items()},
-            "trained_heads": _heads(heads)}
+            "trained_heads": _heads(heads), "vlens": _vlens(vlens)}
 
 
 def main(argv: list[str] | None = None):
     """``python -m lncourse.norms.ledger``: write the ledger of chapter 5."""
     return ledger_main("lncourse.norms.ledger", __doc__.split("\n\n")[0],
                        RESULTS_DIR / f"{LEDGER}.json",
-                       lambda: (reported(load_result(SOURCE), load_result(HEADS)),
-                                {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json"}),
+                       lambda: (reported(load_result(SOURCE), load_result(HEADS),
+                                         load_result(VLENS)),
+                                {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
+                                 "vlens": f"{VLENS}.json"}),
                        argv)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from lncourse.norms.hidden import chance_abs_cos
 
-__all__ = ["claims"]
+__all__ = ["claims", "heads_claims", "arms_claims", "vlens_claims"]
 
 
 def claims(stored: dict) -> dict[str, bool]:
@@ -95,4 +95,39 @@ def arms_claims(summary: dict) -> dict[str, bool]:
             [a for a, x in angles.items() if x < 60] == ["layernorm"],
         "every arm's attention is within 0.05 (TV) of uniform":
             all(c["mean_attention_tv"] < 0.05 for c in arms.values()),
+    }
+
+
+def vlens_claims(stored: dict) -> dict[str, bool]:
+    """The claims of the V-lens section (``results/norms/vlens.json``), from the summary
+    recomputed from the stored curves (:func:`lncourse.norms.vlens.summarize`): each
+    number is [mean, low, high], a 95% t interval over groups of samples."""
+    from lncourse.norms.vlens import summarize
+
+    s = summarize(stored)
+    ln, rms, qk, dyt = (s[a] for a in ("layernorm", "rmsnorm", "qk_norm", "dyt"))
+    return {
+        "with nothing fitted, the lens predicts every norm's attention variance within 2% "
+        "(its interval inside [0.98, 1.02])":
+            all(0.98 < v["attn_ratio"][1] and v["attn_ratio"][2] < 1.02 for v in s.values()),
+        "without the floor (chapter 4's Lemma 3 alone), QK-norm's variance is more than 10% "
+        "above the prediction, LayerNorm's less than 5%":
+            qk["lemma3_ratio"][1] > 1.10 and ln["lemma3_ratio"][2] < 1.05,
+        "QK-norm's log-log slope is above -0.9, LayerNorm's and DyT's below -0.95":
+            qk["attn_slope"][1] > -0.9 and ln["attn_slope"][2] < -0.95
+            and dyt["attn_slope"][2] < -0.95,
+        "RMSNorm's slope and ratio equal LayerNorm's to within 0.001":
+            abs(rms["attn_slope"][0] - ln["attn_slope"][0]) < 1e-3
+            and abs(rms["attn_ratio"][0] - ln["attn_ratio"][0]) < 1e-3,
+        "at m = 1, DyT's attention output is less than a tenth of LayerNorm's share of the "
+        "block output's variance":
+            dyt["share_first"][2] < 0.1 * ln["share_first"][1],
+        "DyT's block output has no trend with position (|slope| below 0.001), LayerNorm's "
+        "falls (interval below 0)":
+            max(abs(dyt["resid_slope"][1]), abs(dyt["resid_slope"][2])) < 1e-3
+            and ln["resid_slope"][2] < 0,
+        "after the final LayerNorm or RMSNorm the average variance has no trend with "
+        "position (|slope| below 0.002)":
+            all(max(abs(v["out_slope"][1]), abs(v["out_slope"][2])) < 2e-3
+                for v in (ln, rms)),
     }

@@ -28,8 +28,13 @@ def heads():
     return load_result(L.HEADS)
 
 
-def test_every_reported_number_matches_the_ledger(stored, heads):
-    differences = C.compare(L.reported(stored, heads), C.load_ledger(LEDGER))
+@pytest.fixture(scope="module")
+def vlens():
+    return load_result(L.VLENS)
+
+
+def test_every_reported_number_matches_the_ledger(stored, heads, vlens):
+    differences = C.compare(L.reported(stored, heads, vlens), C.load_ledger(LEDGER))
     assert not differences, ("chapter 5's numbers differ from results/norms/reported.json "
                              "(the stored file or the ledger was changed; if a new run is "
                              "meant, rewrite it: python -m lncourse.norms.ledger):\n  "
@@ -52,8 +57,8 @@ def _edit(stored, what):
 
 @pytest.mark.parametrize("what", ["a middle passage", "a summary mean", "an interval",
                                   "the width"])
-def test_an_edited_stored_number_fails_the_ledger(stored, heads, what):
-    assert C.compare(L.reported(_edit(stored, what), heads), C.load_ledger(LEDGER)), what
+def test_an_edited_stored_number_fails_the_ledger(stored, heads, vlens, what):
+    assert C.compare(L.reported(_edit(stored, what), heads, vlens), C.load_ledger(LEDGER)), what
 
 
 def _edit_heads(heads, what):
@@ -68,5 +73,25 @@ def _edit_heads(heads, what):
 
 
 @pytest.mark.parametrize("what", ["a count", "a stored mean", "a test loss"])
-def test_an_edited_per_head_number_fails_the_ledger(stored, heads, what):
-    assert C.compare(L.reported(stored, _edit_heads(heads, what)), C.load_ledger(LEDGER)), what
+def test_an_edited_per_head_number_fails_the_ledger(stored, heads, vlens, what):
+    assert C.compare(L.reported(stored, _edit_heads(heads, what), vlens),
+                     C.load_ledger(LEDGER)), what
+
+
+def _edit_vlens(vlens, what):
+    vlens = copy.deepcopy(vlens)
+    if what == "a curve":                     # QK-norm's variance at the last position
+        vlens["curves"]["qk_norm"][7]["attn"][-1] *= 1.05
+    elif what == "an energy":
+        vlens["curves"]["layernorm"][3]["energy"][-1] += 0.01
+    elif what == "a block output":            # DyT's, which the share at m = 1 reads
+        vlens["curves"]["dyt"][0]["resid"][0] *= 0.5
+    elif what == "the width":
+        vlens["config"]["d_model"] = 512
+    return vlens
+
+
+@pytest.mark.parametrize("what", ["a curve", "an energy", "a block output", "the width"])
+def test_an_edited_v_lens_number_fails_the_ledger(stored, heads, vlens, what):
+    assert C.compare(L.reported(stored, heads, _edit_vlens(vlens, what)),
+                     C.load_ledger(LEDGER)), what
