@@ -87,7 +87,7 @@ def _edit_vlens(vlens, what):
     elif what == "a block output":            # DyT's, which the share at m = 1 reads
         vlens["curves"]["dyt"][0]["resid"][0] *= 0.5
     elif what == "the width":
-        vlens["config"]["d_model"] = 512
+        vlens["config"]["d_model"] = 384
     return vlens
 
 
