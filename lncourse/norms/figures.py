@@ -1,5 +1,5 @@
 """Figures of chapter 5: what real models' norms read, by depth, and their per-channel map;
-the unselectable keys of trained heads under each norm."""
+the unselectable keys of trained heads under each norm; the V lens per norm."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from lncourse.plotting.style import COLORS, figure_and_axes, legend_below
 
-__all__ = ["by_depth", "channel_map", "trained_heads"]
+__all__ = ["by_depth", "channel_map", "trained_heads", "v_lens"]
 
 _MODEL_COLORS = [COLORS["no_projection"], COLORS["layernorm"]]   # RMSNorm, LayerNorm
 
@@ -86,4 +86,39 @@ def trained_heads(summary: dict, ax: Axes | None = None) -> Figure:
     ax.set_ylabel("unselectable keys per head (%)")
     ax.set_ylim(bottom=0)
     legend_below(ax, ncol=2)
+    return fig
+
+
+_ARM_STYLE = {"layernorm": ("LayerNorm", COLORS["layernorm"], "-"),
+              "rmsnorm": ("RMSNorm", COLORS["no_projection"], ":"),
+              "qk_norm": ("QK-norm", COLORS["no_projection_sigma"], "-"),
+              "dyt": ("DyT", COLORS["no_scaling"], "-")}
+
+
+def v_lens(measured: dict[str, np.ndarray], predicted: dict[str, dict],
+           share: dict[str, np.ndarray], axes=None) -> Figure:
+    """Two panels. Left: m x the attention output's variance over the 1/m law's constant
+    dσ²·dσ²·s_in, measured (mean over groups, solid) and the lens's prediction with its
+    floor (dashed), against m; 1 is exact 1/m shrinkage with uniform attention. Right:
+    the attention output's share of the block output's variance against m, log-log.
+
+    measured: arm -> attention variance (T,); predicted: arm -> :func:`lncourse.norms.
+    vlens.predicted`'s dict with ``scale`` (dσ²·dσ²·s_in) added; share: arm -> (T,).
+    """
+    fig, (left, right) = figure_and_axes(axes, n=2, width=7.2, height=3.6)
+    for arm, attn in measured.items():
+        label, color, ls = _ARM_STYLE[arm]
+        m = np.arange(1, len(attn) + 1)
+        scale = predicted[arm]["scale"]
+        left.plot(m, m * np.asarray(attn) / scale, color=color, ls=ls, lw=1.5, label=label)
+        left.plot(m, m * predicted[arm]["attn"] / scale, color=color, ls="--", lw=1.0)
+        right.loglog(m, share[arm], color=color, ls=ls, lw=1.5)
+    left.axhline(1.0, color="0.6", lw=0.8)
+    left.set_xscale("log")
+    left.set_xlabel("position m")
+    left.set_ylabel("m x variance / (1/m law's constant)")
+    right.set_xlabel("position m")
+    right.set_ylabel("attention's share of the block output")
+    left.plot([], [], color="0.3", ls="--", lw=1.0, label="lens, with its floor")
+    legend_below(left, ncol=3)
     return fig

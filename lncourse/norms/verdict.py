@@ -110,8 +110,8 @@ def vlens_claims(stored: dict) -> dict[str, bool]:
         "with nothing fitted, the lens predicts every norm's attention variance within 2% "
         "(its interval inside [0.98, 1.02])":
             all(0.98 < v["attn_ratio"][1] and v["attn_ratio"][2] < 1.02 for v in s.values()),
-        "without the floor (chapter 4's Lemma 3 alone), QK-norm's variance is more than 10% "
-        "above the prediction, LayerNorm's less than 5%":
+        "chapter 4's Lemma 3 alone (with the energy, without the floor) falls short of "
+        "QK-norm's variance by more than 10% and of LayerNorm's by less than 5%":
             qk["lemma3_ratio"][1] > 1.10 and ln["lemma3_ratio"][2] < 1.05,
         "QK-norm's log-log slope is above -0.9, LayerNorm's and DyT's below -0.95":
             qk["attn_slope"][1] > -0.9 and ln["attn_slope"][2] < -0.95
