@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from lncourse.plotting.style import COLORS, SERIES, figure_and_axes
+from lncourse.plotting.style import COLORS, SERIES, figure_and_axes, legend_below
 
 __all__ = ["variance_loglog", "cumulative_attention", "sigma_sweep", "probe_errors",
-           "lemma4_signal"]
+           "lemma4_signal", "trained_layers"]
 
 
 def variance_loglog(measured, theory, corrected=None, labels: dict | None = None,
@@ -138,4 +139,26 @@ def lemma4_signal(resid, ln_mean, amplitude: dict, predicted, ax=None) -> Figure
     axes[1].set_xlabel("position m")
     axes[1].set_ylabel("amplitude of Lemma 4's pattern")
     axes[1].legend()
+    return fig
+
+
+def trained_layers(before: list, after: list, axes=None) -> Figure:
+    """Every layer's attention-output variance against position, log-log, at
+    initialisation (left) and after training (right), each curve divided by its value at
+    m = 1 so that the layers share an axis; the dashed line is 1/m.
+
+    before, after: [layer] -> (T,) the mean over groups of windows."""
+    fig, panels = figure_and_axes(axes, n=2, width=7.2, height=3.6, sharey=True)
+    cmap = plt.get_cmap("viridis")
+    for ax, curves, title in zip(panels, (before, after), ("initialisation", "trained")):
+        for layer, v in enumerate(curves):
+            v = np.asarray(v, dtype=float)
+            m = np.arange(1, len(v) + 1)
+            ax.loglog(m, v / v[0], color=cmap(layer / max(len(curves) - 1, 1)), lw=1.5,
+                      label=f"layer {layer}")
+        ax.loglog(m, 1.0 / m, color=COLORS["theory"], ls="--", lw=1.0, label="1/m")
+        ax.set_title(title)
+        ax.set_xlabel("position m")
+    panels[0].set_ylabel("variance / its value at m = 1")
+    legend_below(panels[0], ncol=5)
     return fig

@@ -2,7 +2,8 @@
 
 :func:`reported` recomputes, from ``nope/probe_paper.json`` (the position probe at the
 paper's size), ``nope/ablation_cpu.json`` (what each choice of the probe does) and
-``nope/features_benchmark.json`` (labelled positions per CPU-hour), each number the
+``nope/features_benchmark.json`` (labelled positions per CPU-hour) and
+``nope/trained_lm.json`` (the trained NoPE language model), each number the
 chapter prints, plots or glues from them: the line that says what ran
 (:func:`lncourse.results.describe`); per model of the probe run its error at every depth
 and its baseline, per kind the means, standard deviations and 95% intervals per depth,
@@ -10,7 +11,9 @@ the slope and the mean over depths 1 ... K with their intervals, and the text an
 verdict of each claim on Figure 2; per seed and row of the ablation its errors, the
 table's cells (mean and interval over seeds), the claims, the glued deepest means, the
 baselines; the chapter's own sentences on them (:func:`verdict.page_claims`); the
-benchmark's speed-ups and bfloat16's feature error per depth. The ledger
+benchmark's speed-ups and bfloat16's feature error per depth; the trained model's loss
+curve, its per-layer slopes and uniformities before and after training (recomputed from
+its stored curves) and the sentences on them (:func:`verdict.trained_claims`). The ledger
 ``results/nope/reported.json`` holds them, written by::
 
     python -m lncourse.nope.ledger
@@ -35,12 +38,13 @@ from lncourse.summary import paired_interval
 __all__ = ["SOURCES", "load_runs", "reported", "main"]
 
 SOURCES = {"probe": "nope/probe_paper", "ablation": "nope/ablation_cpu",
-           "features": "nope/features_benchmark"}
+           "features": "nope/features_benchmark", "trained": "nope/trained_lm"}
 LEDGER = "nope/reported"
 
 
 def load_runs() -> dict:
-    """The stored files chapter 4 reads: {"probe", "ablation", "features"} -> result."""
+    """The stored files chapter 4 reads: {"probe", "ablation", "features", "trained"} ->
+    result."""
     return {key: load_result(name) for key, name in SOURCES.items()}
 
 
@@ -82,11 +86,24 @@ def _page(probe: dict, abl: dict) -> dict:
     return {c.key: c for c in verdict.page_claims(probe, abl)}
 
 
-def reported(probe: dict, ablation: dict, features: dict) -> dict:
+def _trained(stored: dict) -> dict:
+    """The trained NoPE model: what ran, its loss curve, per layer the slopes and
+    uniformities before and after training (recomputed from the stored curves), and the
+    chapter's sentences on them."""
+    from lncourse.nope.trained import summary as layer_summary
+
+    return {"describe": describe(stored), "config": stored["config"],
+            "test_loss": stored["history"]["test_loss"],
+            "before": layer_summary(stored["before"]),
+            "after": layer_summary(stored["after"]),
+            "claims": {c.key: c for c in verdict.trained_claims(stored)}}
+
+
+def reported(probe: dict, ablation: dict, features: dict, trained: dict) -> dict:
     """Every number chapter 4 reports from these stored files (see the module's
     docstring)."""
     return {"probe_paper": _probe(probe), "ablation_cpu": _ablation(ablation),
-            "page_claims": _page(probe, ablation),
+            "page_claims": _page(probe, ablation), "trained_lm": _trained(trained),
             "features_benchmark": {
                 "describe": describe(features),
                 "speedup_per_cpu_hour": features["speedup_per_cpu_hour"],

@@ -42,7 +42,8 @@ from lncourse.rng import generator, seeded
 from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_ids
 from lncourse.transformer import GPT, TransformerConfig
 
-__all__ = ["PRESETS", "GROUPS", "build", "profiles", "slopes", "summary", "main"]
+__all__ = ["PRESETS", "GROUPS", "build", "profiles", "slopes", "summary", "bigram_loss",
+           "main"]
 
 GROUPS = 16          # groups of windows: one variance curve and one slope each
 
@@ -147,6 +148,19 @@ def summary(measured: dict) -> list[dict]:
         out.append({"slope": slope, "slope_ci": slope_ci, "uniformity": u,
                     "uniformity_ci": u_ci})
     return out
+
+
+def bigram_loss() -> float:
+    """The test cross-entropy (nats per character) of the bigram table of the training
+    split (add-one smoothing): what a model that reads only the current character can
+    reach, the reference for how much a trained model uses its context."""
+    tok, train_ids, test_ids = _data()
+    v = tok.vocab_size
+    counts = torch.ones(v, v, dtype=torch.float64)
+    counts.index_put_((train_ids[:-1], train_ids[1:]),
+                      torch.ones(len(train_ids) - 1, dtype=torch.float64), accumulate=True)
+    p = counts / counts.sum(1, keepdim=True)
+    return float(-torch.log(p[test_ids[:-1], test_ids[1:]]).mean())
 
 
 def _paths(preset: str) -> tuple[Path, Path, Path]:

@@ -18,7 +18,7 @@ from lncourse.claims import Claim
 from lncourse.summary import paired_interval
 
 __all__ = ["summary", "depth_slope", "claims", "ablation_claims", "below_baseline_claims",
-           "uniform_guess", "page_claims", "HYPOTHESES"]
+           "uniform_guess", "page_claims", "trained_claims", "HYPOTHESES"]
 
 
 def depth_slope(mae) -> float:
@@ -183,4 +183,40 @@ def page_claims(stored: dict, ablation: dict) -> list[Claim]:
         Claim("none_below_baseline", "No probe of the ablation is significantly below "
               f"guessing the middle at depth {depths[-1]} (below: {below or 'none'}).",
               not below),
+    ]
+
+
+def trained_claims(stored: dict) -> list[Claim]:
+    """The sentences chapter 4 states about its trained NoPE language model
+    (``results/nope/trained_lm.json``), from the per-layer summaries recomputed from the
+    stored curves (:func:`lncourse.nope.trained.summary`; intervals are 95% t intervals
+    over the groups of windows)."""
+    from lncourse.nope.trained import bigram_loss, summary as layer_summary
+
+    before, after = layer_summary(stored["before"]), layer_summary(stored["after"])
+    bigram = bigram_loss()
+    b0, a0 = before[0], after[0]
+    lo_after = min(l["slope_ci"][0] for l in after)
+    top_unif = max(l["uniformity_ci"][1] for l in after)
+    low_unif_before = min(l["uniformity_ci"][0] for l in before)
+    loss = stored["history"]["test_loss"]
+    return [
+        Claim("trained_init_layer0", f"At initialisation layer 0's variance falls with "
+              f"position: slope {b0['slope']:.2f} [{b0['slope_ci'][0]:.2f}, "
+              f"{b0['slope_ci'][1]:.2f}], below -0.85.", b0["slope_ci"][1] < -0.85),
+        Claim("trained_no_shrinkage", "After training no layer's variance falls like 1/m: "
+              f"the lowest interval of a slope starts at {lo_after:+.2f}, above -0.5.",
+              lo_after > -0.5),
+        Claim("trained_layer0_rises", f"Training raises layer 0's slope from "
+              f"{b0['slope']:.2f} to {a0['slope']:+.2f}, by more than 0.5.",
+              a0["slope_ci"][0] - b0["slope_ci"][1] > 0.5),
+        Claim("trained_not_uniform", "Training makes every layer's attention far from "
+              f"uniform: uniformity above {low_unif_before:.3f} at initialisation, below "
+              f"{top_unif:.2f} after (1: uniform).",
+              low_unif_before > 0.99 and top_unif < 0.5),
+        Claim("trained_learned", f"The model learned: test loss {loss[0]:.2f} -> "
+              f"{loss[-1]:.2f} nats per character.", loss[-1] < loss[0] - 1.0),
+        Claim("trained_bigram", f"But no better than the bigram table: {loss[-1]:.2f} "
+              f"against its {bigram:.2f} nats per character (within 0.1).",
+              abs(loss[-1] - bigram) < 0.1),
     ]

@@ -44,19 +44,27 @@ def _edit(runs, what):
         runs["features"]["speedup_per_cpu_hour"]["new_all_positions_bfloat16"] = 20.0
     elif what == "bfloat16 error":
         runs["features"]["bfloat16_relative_feature_error_per_depth"][-1] = 0.02
+    elif what == "a trained curve":                 # layer 0 after training, group 5
+        runs["trained"]["after"]["variance"][0][5][100] *= 1.5
+    elif what == "a uniformity":
+        runs["trained"]["before"]["uniformity"][2][3] -= 0.01
+    elif what == "the final test loss":
+        runs["trained"]["history"]["test_loss"][-1] += 0.01
     return runs
 
 
 @pytest.mark.parametrize("what", ["deepest probe error", "bidirectional depth 6",
                                   "ablation cell", "ablation baseline", "speed-up",
-                                  "bfloat16 error"])
+                                  "bfloat16 error", "a trained curve", "a uniformity",
+                                  "the final test loss"])
 def test_an_edited_stored_number_fails_the_ledger(runs, what):
     assert C.compare(L.reported(**_edit(runs, what)), C.load_ledger(LEDGER)), what
 
 
 def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
     from lncourse.nope import verdict
-    got = verdict.page_claims(runs["probe"], runs["ablation"])
+    got = verdict.page_claims(runs["probe"], runs["ablation"]) \
+        + verdict.trained_claims(runs["trained"])
     assert not C.check_claims(got), [c.text for c in got if not c.holds]
 
 
