@@ -108,9 +108,12 @@ CORE = {"_packages", "attention", "checkpoint", "claims", "device", "folding", "
         "smollm2", "summary", "text", "transformer"}
 CORE_FOLDERS = {"plotting"}
 CHECKS, GRADING = "checks", "grading"
-# The one crossing between chapters: chapter 5 retrains chapter 3's majority model with
-# today's norms (issue 17), so its majority modules build on chapter 3's package.
-CROSSINGS = {("lncourse.norms.majority", "majority")}
+# The crossings between chapters, both from chapter 5 (issue 17), which reads earlier
+# chapters' experiments through today's norms: it retrains chapter 3's majority model,
+# so its majority modules build on chapter 3's package; and its V lens is chapter 4's
+# Lemma 3 with each norm's factors, so lncourse.norms.vlens builds on chapter 4's lemmas
+# and variance measurement.
+CROSSINGS = {("lncourse.norms.majority", "majority"), ("lncourse.norms.vlens", "nope")}
 
 
 def part(module: str) -> str:
@@ -156,6 +159,8 @@ def test_layout_rules_bite():
     assert layout_problems({"lncourse.plotting.style": {"lncourse.nope.figures"}})
     assert layout_problems({"lncourse.norms.majority": {"lncourse.nope.variance"}})
     assert layout_problems({"lncourse.norms.hidden": {"lncourse.majority.task"}})
+    assert layout_problems({"lncourse.norms.hidden": {"lncourse.nope.lemmas"}})
+    assert not layout_problems({"lncourse.norms.vlens": {"lncourse.nope.lemmas"}})
     assert not layout_problems({"lncourse.norms.majority_run": {"lncourse.majority.train"}})
     assert layout_problems({"lncourse.checks.nope": {"lncourse.grading.wire"}})
     assert layout_problems({"lncourse.grading.grade": {"lncourse.checks.majority"},
