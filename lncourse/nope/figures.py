@@ -142,23 +142,23 @@ def lemma4_signal(resid, ln_mean, amplitude: dict, predicted, ax=None) -> Figure
     return fig
 
 
-def trained_layers(before: list, after: list, axes=None) -> Figure:
+def trained_layers(before: list, after: list, ax=None) -> Figure:
     """Every layer's attention-output variance against position, log-log, at
     initialisation (left) and after training (right), each curve divided by its value at
     m = 1 so that the layers share an axis; the dashed line is 1/m.
 
     before, after: [layer] -> (T,) the mean over groups of windows."""
-    fig, panels = figure_and_axes(axes, n=2, width=7.2, height=3.6, sharey=True)
+    fig, panels = figure_and_axes(ax, n=2, width=7.2, height=3.6, sharey=True)
     cmap = plt.get_cmap("viridis")
-    for ax, curves, title in zip(panels, (before, after), ("initialisation", "trained")):
+    for panel, curves, title in zip(panels, (before, after), ("initialisation", "trained")):
         for layer, v in enumerate(curves):
             v = np.asarray(v, dtype=float)
             m = np.arange(1, len(v) + 1)
-            ax.loglog(m, v / v[0], color=cmap(layer / max(len(curves) - 1, 1)), lw=1.5,
+            panel.loglog(m, v / v[0], color=cmap(layer / max(len(curves) - 1, 1)), lw=1.5,
                       label=f"layer {layer}")
-        ax.loglog(m, 1.0 / m, color=COLORS["theory"], ls="--", lw=1.0, label="1/m")
-        ax.set_title(title)
-        ax.set_xlabel("position m")
+        panel.loglog(m, 1.0 / m, color=COLORS["theory"], ls="--", lw=1.0, label="1/m")
+        panel.set_title(title)
+        panel.set_xlabel("position m")
     panels[0].set_ylabel("variance / its value at m = 1")
     legend_below(panels[0], ncol=5)
     return fig

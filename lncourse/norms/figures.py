@@ -96,7 +96,7 @@ _ARM_STYLE = {"layernorm": ("LayerNorm", COLORS["layernorm"], "-"),
 
 
 def v_lens(measured: dict[str, np.ndarray], predicted: dict[str, dict],
-           share: dict[str, np.ndarray], axes=None) -> Figure:
+           share: dict[str, np.ndarray], ax=None) -> Figure:
     """Two panels. Left: m x the attention output's variance over the 1/m law's constant
     dσ²·dσ²·s_in, measured (mean over groups, solid) and the lens's prediction with its
     floor (dashed), against m; 1 is exact 1/m shrinkage with uniform attention. Right:
@@ -105,7 +105,7 @@ def v_lens(measured: dict[str, np.ndarray], predicted: dict[str, dict],
     measured: arm -> attention variance (T,); predicted: arm -> :func:`lncourse.norms.
     vlens.predicted`'s dict with ``scale`` (dσ²·dσ²·s_in) added; share: arm -> (T,).
     """
-    fig, (left, right) = figure_and_axes(axes, n=2, width=7.2, height=3.6)
+    fig, (left, right) = figure_and_axes(ax, n=2, width=7.2, height=3.6)
     for arm, attn in measured.items():
         label, color, ls = _ARM_STYLE[arm]
         m = np.arange(1, len(attn) + 1)
@@ -113,12 +113,13 @@ def v_lens(measured: dict[str, np.ndarray], predicted: dict[str, dict],
         left.plot(m, m * np.asarray(attn) / scale, color=color, ls=ls, lw=1.5, label=label)
         left.plot(m, m * predicted[arm]["attn"] / scale, color=color, ls="--", lw=1.0)
         right.loglog(m, share[arm], color=color, ls=ls, lw=1.5)
-    left.axhline(1.0, color="0.6", lw=0.8)
+    left.axhline(1.0, color=COLORS["theory"], lw=0.8)
     left.set_xscale("log")
     left.set_xlabel("position m")
     left.set_ylabel("m x variance / (1/m law's constant)")
     right.set_xlabel("position m")
     right.set_ylabel("attention's share of the block output")
-    left.plot([], [], color="0.3", ls="--", lw=1.0, label="lens, with its floor")
+    left.plot([], [], color=COLORS["theory"], ls="--", lw=1.0,
+              label="lens, with its floor")
     legend_below(left, ncol=3)
     return fig
