@@ -40,13 +40,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy import stats
 
 from lncourse.nope.lemmas import eps_gain, logits_energy, softmax_energy
 from lncourse.nope.variance import check_sizes, loglog_slope
 from lncourse.progress import progress as progress_bar
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.rng import check_seed, generator, seeded
+from lncourse.summary import paired_interval
 from lncourse.transformer import GPT, TransformerConfig
 
 __all__ = ["ARMS", "CURVES", "VConfig", "PRESETS", "build", "measure", "predicted",
@@ -238,9 +238,7 @@ def sphere_energy(dh: int, seq_len: int, n_draws: int = 4000, seed: int = 0
 
 def _mean_ci(x) -> list[float]:
     """Mean and 95% Student-t interval over groups: [mean, low, high]."""
-    x = np.asarray(x, dtype=np.float64)
-    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
-    return [float(x.mean()), float(x.mean() - half), float(x.mean() + half)]
+    return list(paired_interval(x))
 
 
 def summarize(stored: dict) -> dict[str, dict[str, list[float]]]:
