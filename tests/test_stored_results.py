@@ -14,10 +14,9 @@ import pytest
 
 from lncourse.results import RESULTS_DIR
 
-# not training histories: the benchmark and chapter 3's ledger; paper_snapshots is the
-# paper run again (same configuration), whose first steps test paper.json already replays
+# not training histories: the benchmark and chapter 3's ledger
 MAJORITY = sorted(p for p in (RESULTS_DIR / "majority").glob("*.json")
-                  if p.stem not in ("throughput", "reported", "paper_snapshots"))
+                  if p.stem not in ("throughput", "reported"))
 
 
 def _load(path):

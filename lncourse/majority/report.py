@@ -45,7 +45,7 @@ def load_runs() -> dict:
     for k in (1, 2):
         if (RESULTS_DIR / "majority" / f"data_seed{k}.json").exists():
             data_seeds[k] = load_result(f"majority/data_seed{k}")
-    return {"paper": load_result("majority/paper"),
+    return {"paper": load_result("majority/paper_snapshots"),
             "grids": {500: load_result("majority/grid_b500"),
                       6000: load_result("majority/grid_b6000")},
             "three_d": load_result("majority/three_d"), "data_seeds": data_seeds}
@@ -144,7 +144,7 @@ def reported(paper: dict, grids: dict, three_d: dict, data_seeds: dict | None = 
 
 def _computed() -> tuple[dict, dict]:
     runs = load_runs()
-    sources = {"paper": "majority/paper.json", "grids": ["majority/grid_b500.json",
+    sources = {"paper": "majority/paper_snapshots.json", "grids": ["majority/grid_b500.json",
                "majority/grid_b6000.json"], "three_d": "majority/three_d.json",
                "data_seeds": [f"majority/data_seed{k}.json" for k in runs["data_seeds"]]}
     return reported(**runs), sources
