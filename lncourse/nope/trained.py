@@ -26,6 +26,7 @@ with the same history. Shapes: windows (B, T); a curve (T,); groups of curves (G
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from pathlib import Path
 
@@ -150,6 +151,7 @@ def summary(measured: dict) -> list[dict]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def bigram_loss() -> float:
     """The test cross-entropy (nats per character) of the bigram table of the training
     split (add-one smoothing): what a model that reads only the current character can

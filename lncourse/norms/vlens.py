@@ -97,7 +97,7 @@ class VConfig:
 
 PRESETS = {
     "paper": VConfig,                                   # chapter 4's settings
-    "fast": lambda: VConfig(d_model=384, n_heads=6, seq_len=256, samples=64, groups=4),
+    "fast": lambda: VConfig(d_model=384, n_heads=6, seq_len=256, samples=32, groups=4),
     "tiny": lambda: VConfig(d_model=64, n_heads=2, seq_len=32, samples=12, groups=3,
                             batch=4),
 }
