@@ -85,8 +85,7 @@ def _vlens(stored: dict) -> dict:
     claims."""
     from lncourse.norms import vlens
 
-    cfg = vlens.VConfig(**{k: tuple(v) if k == "arms" else v
-                           for k, v in stored["config"].items()})
+    cfg = vlens.VConfig.from_dict(stored["config"])
     return {"describe": describe(stored), "config": stored["config"],
             "summary": vlens.summarize(stored),
             "lens": {a: {k: v for k, v in vlens.predicted(a, cfg).items()

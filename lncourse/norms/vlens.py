@@ -75,6 +75,11 @@ class VConfig:
     seed: int = 0
     arms: tuple[str, ...] = tuple(ARMS)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "VConfig":
+        """The configuration a stored run records (JSON turns ``arms`` into a list)."""
+        return cls(**{k: tuple(v) if k == "arms" else v for k, v in d.items()})
+
     def __post_init__(self):
         check_sizes(self.d_model, self.n_heads, self.seq_len, self.sigma)
         check_seed(self.seed, offset=1)
@@ -249,7 +254,7 @@ def summarize(stored: dict) -> dict[str, dict[str, list[float]]]:
     position (``last_ratio``, with the floor); the softmax's energy at the last
     position; the attention output's share of the block output's variance at the first
     and the last position."""
-    cfg = VConfig(**{k: tuple(v) if k == "arms" else v for k, v in stored["config"].items()})
+    cfg = VConfig.from_dict(stored["config"])
     out = {}
     for arm in cfg.arms:
         groups = stored["curves"][arm]

@@ -133,8 +133,7 @@ def _check_stored(stored: dict, arm: str, group: int) -> None:
         for key, value in numbers.items():
             assert stored["summary"][arm_][key] == pytest.approx(value, rel=1e-12), \
                 (arm_, key)
-    cfg = V.VConfig(**{k: tuple(v) if k == "arms" else v
-                       for k, v in stored["config"].items()})
+    cfg = V.VConfig.from_dict(stored["config"])
     again = V.measure(arm, cfg, only_group=group)[group]
     for name in V.CURVES:
         np.testing.assert_allclose(again[name], stored["curves"][arm][group][name],
