@@ -1,0 +1,352 @@
+"""Attention-logit growth at high learning rates, with and without QK-norm (chapter 5).
+
+Wortsman et al. (arXiv 2309.14322, §3.1) report that at high learning rates the largest
+attention logit q·k/√dh grows without bound, attention collapses onto single keys, and
+the final loss rises; a norm on each head's queries and keys (QK-norm) bounds the logits
+and keeps the loss low, and the effect is visible in small models. This module repeats
+that sweep on chapter 5's small character model:
+
+* the variants: ``Pre-LN`` and ``QK-norm`` (Pre-LN plus an RMSNorm with a learned gain on
+  each head's queries and keys; :class:`lncourse.transformer.HeadRMSNorm`);
+* a learning-rate grid, the same seeds, initial weights (for the parts both variants
+  have) and batches for every cell;
+* their recipe at small scale: AdamW (β = 0.9, 0.95), global gradient clipping at 1,
+  linear warm-up then cosine decay to 1e-5, independent weight decay 1e-4 and z-loss 1e-4
+  on the output logits.
+
+Measured per model: the largest attention logit of each layer on fixed training windows
+every ``eval_every`` steps, the training loss, and at the end the test loss (cross-entropy
+only) and the largest logits. A loss that is not finite stops that model and marks it
+diverged. The stored weights are rounded to bfloat16 *before* the final measurement, so
+the stored final numbers are those of the stored weights exactly and a test recomputes
+them. LR sensitivity (Wortsman et al., eq. 1), per seed: the mean over the grid of
+min(test loss, loss at initialisation) minus the grid's best test loss::
+
+    python -m lncourse.norms.logits --preset paper
+
+Shapes: windows (B, T); attention scores (B, H, T, T).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lncourse.norms.heads import mean_interval
+from lncourse.checkpoint import load_checkpoint, save_checkpoint
+from lncourse.progress import progress
+from lncourse.results import (RESULTS_DIR, command_line, run_arguments, run_started,
+                              store_run)
+from lncourse.rng import generator, seeded
+from lncourse.summary import paired_interval
+from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
+from lncourse.transformer import GPT, TransformerConfig
+
+__all__ = ["VARIANTS", "LogitsConfig", "PRESETS", "lr_at", "build", "max_logits",
+           "test_loss", "train_one", "round_weights", "sensitivity", "summarize", "run",
+           "load_model", "main"]
+
+VARIANTS = {"Pre-LN": {"norm": "layernorm"},
+            "QK-norm": {"norm": "layernorm", "qk_norm": True}}
+
+
+@dataclass(frozen=True)
+class LogitsConfig:
+    """The models, their training and the learning-rate grid."""
+
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    block_size: int = 128
+    batch_size: int = 16
+    steps: int = 600
+    warmup: int = 60
+    min_lr: float = 1e-5
+    lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    weight_decay: float = 1e-4      # independent of the learning rate
+    z_loss: float = 1e-4
+    clip: float = 1.0
+    eval_every: int = 50
+    probe_windows: int = 4          # training windows the largest logits are read on
+    test_windows: int = 32          # held-out windows of the final test loss
+    text_chars: int | None = None
+
+    def __post_init__(self):
+        if not (0 <= self.warmup < self.steps):
+            raise ValueError(f"warmup must be in [0, steps), got {self.warmup}")
+        if self.steps % self.eval_every:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of eval_every "
+                             f"({self.eval_every})")
+        if not self.lrs or any(not (0 < lr < 10) for lr in self.lrs):
+            raise ValueError(f"learning rates must lie in (0, 10), got {self.lrs}")
+        if len(self.seeds) < 2:
+            raise ValueError("need at least two seeds for an interval")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LogitsConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v
+                      for k, v in d.items() if k in names})
+
+
+def _paper() -> LogitsConfig:
+    """d = 64, 4 heads (dh = 16), 2 layers, contexts of 128 characters, batch 16, 600
+    steps (60 of warm-up), lr 1e-3 ... 3e-1, 3 seeds."""
+    return LogitsConfig()
+
+
+def _tiny() -> LogitsConfig:
+    return LogitsConfig(d_model=16, block_size=16, batch_size=4, steps=6, warmup=2,
+                        eval_every=3, lrs=(1e-2, 3e-1), seeds=(0, 1), probe_windows=2,
+                        test_windows=2, text_chars=100_000)
+
+
+PRESETS = {"paper": _paper, "tiny": _tiny}
+
+
+def _data(cfg: LogitsConfig):
+    text = load_shakespeare()
+    train_text, test_text = split_text(text[:cfg.text_chars] if cfg.text_chars else text)
+    tok = CharTokenizer.from_text(text)
+    return tok, tok.encode(train_text), tok.encode(test_text)
+
+
+def lr_at(step: int, cfg: LogitsConfig, peak: float) -> float:
+    """The learning rate of ``step`` (0-based): linear warm-up to ``peak`` over
+    ``cfg.warmup`` steps, then cosine decay to ``cfg.min_lr`` at the last step."""
+    if step < cfg.warmup:
+        return peak * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(cfg.steps - 1 - cfg.warmup, 1)
+    return cfg.min_lr + 0.5 * (peak - cfg.min_lr) * (1 + math.cos(math.pi * t))
+
+
+def build(cfg: LogitsConfig, vocab_size: int, variant: str, seed: int) -> GPT:
+    """A freshly initialised model of ``variant``: the same weights for the same seed in
+    both variants (QK-norm's gains start at 1 and draw nothing)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
+    with seeded(seed):
+        return GPT(TransformerConfig(vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads,
+                                     n_layers=cfg.n_layers, block_size=cfg.block_size,
+                                     **VARIANTS[variant]))
+
+
+@torch.no_grad()
+def max_logits(model: GPT, windows: torch.Tensor) -> list[float]:
+    """The largest attention logit q·k/√dh of each layer over ``windows`` (B, T), every
+    head and every pair a causal head may read (masked pairs excluded)."""
+    model.eval()
+    _, _, cache = model(windows, return_cache=True)
+    out = []
+    for layer in range(len(model.blocks)):
+        s = cache[f"blocks.{layer}.attn_scores"]                          # (B, H, T, T)
+        top = float(s.amax())                  # masked pairs are -inf, never the max
+        out.append(top if math.isfinite(top) else None)
+    return out
+
+
+@torch.no_grad()
+def test_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Mean next-token cross-entropy (nats) on held-out windows; None if not finite (a
+    diverged model: JSON has no infinity)."""
+    model.eval()
+    loss = float(model(x, y)[1])
+    return loss if math.isfinite(loss) else None
+
+
+def _loss(model: GPT, x: torch.Tensor, y: torch.Tensor, z_loss: float) -> torch.Tensor:
+    logits = model(x)[0]
+    ce = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+    return ce + z_loss * logits.logsumexp(-1).pow(2).mean()
+
+
+def round_weights(model: GPT) -> GPT:
+    """Round every parameter to bfloat16 (kept as float32) in place: what is stored."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    return model
+
+
+def train_one(cfg: LogitsConfig, model: GPT, peak_lr: float, seed: int,
+              train_ids: torch.Tensor, probe: torch.Tensor) -> dict:
+    """Train ``model`` in place at peak learning rate ``peak_lr`` on batches drawn from
+    ``seed`` (the same for every variant and lr). Returns the history: ``step``,
+    ``train_loss`` (mean of the steps since the last record, cross-entropy + z-loss),
+    ``max_logit`` [record][layer] and ``diverged_at`` (the first step whose loss was not
+    finite, or None)."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    other = [p for n, p in model.named_parameters() if p.dim() < 2]
+    # torch's AdamW multiplies the decay by the current lr; dividing by the peak makes
+    # it independent of the peak (Wortsman et al.'s "independent" weight decay)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay / peak_lr},
+                             {"params": other, "weight_decay": 0.0}],
+                            lr=peak_lr, betas=(0.9, 0.95), eps=1e-8)
+    gen = generator(seed + 1)
+    hist = {"step": [0], "train_loss": [None], "max_logit": [max_logits(model, probe)],
+            "diverged_at": None}
+    running = []
+    for step in range(cfg.steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, cfg, peak_lr)
+        x, y = sample_batch(train_ids, cfg.batch_size, cfg.block_size, gen)
+        model.train()
+        loss = _loss(model, x, y, cfg.z_loss)
+        if not torch.isfinite(loss):
+            hist["diverged_at"] = step
+            break
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        opt.step()
+        running.append(float(loss.detach()))
+        if (step + 1) % cfg.eval_every == 0:
+            hist["step"].append(step + 1)
+            hist["train_loss"].append(float(np.mean(running)))
+            hist["max_logit"].append(max_logits(model, probe))
+            running = []
+    return hist
+
+
+def _windows(cfg: LogitsConfig, train_ids, test_ids):
+    probe, _ = sample_batch(train_ids, cfg.probe_windows, cfg.block_size, generator(777))
+    test_x, test_y = sample_batch(test_ids, cfg.test_windows, cfg.block_size,
+                                  generator(12345))
+    return probe, test_x, test_y
+
+
+def _loss_or_inf(value: float | None) -> float:
+    return float("inf") if value is None else value
+
+
+def sensitivity(losses: np.ndarray, initial: np.ndarray) -> np.ndarray:
+    """LR sensitivity per seed (Wortsman et al., eq. 1): ``losses`` (seeds, lrs) final
+    test losses (inf for a diverged model), ``initial`` (seeds,) the loss at
+    initialisation; returns (seeds,): mean over lrs of min(loss, initial) minus the
+    seed's best loss over the grid."""
+    losses, initial = np.asarray(losses, float), np.asarray(initial, float)
+    if losses.ndim != 2 or initial.shape != losses.shape[:1]:
+        raise ValueError(f"need losses (seeds, lrs) and initial (seeds,), got "
+                         f"{losses.shape} and {initial.shape}")
+    capped = np.minimum(losses, initial[:, None])
+    return capped.mean(1) - capped.min(1)
+
+
+def summarize(models: dict, cfg: LogitsConfig) -> dict:
+    """Per variant: per lr the mean test loss and largest final logit (max over layers)
+    with t intervals over seeds and the number diverged; the LR sensitivity (mean and
+    interval over seeds); and the paired difference of sensitivities, QK-norm minus
+    Pre-LN."""
+    out, sens = {}, {}
+    for variant, runs in models.items():
+        per_lr = []
+        for i, lr in enumerate(cfg.lrs):
+            cell = [r for r in runs if r["lr_index"] == i]
+            loss = [r["test_loss"] for r in cell]
+            logit = [None if None in r["final_max_logit"] else max(r["final_max_logit"])
+                     for r in cell]
+            diverged = sum(v is None for v in loss)
+            per_lr.append({"lr": lr, "diverged": diverged,
+                           "test_loss": list(mean_interval(loss)) if not diverged else None,
+                           "max_logit": (list(mean_interval(logit))
+                                         if None not in logit else None)})
+        losses = np.array([[_loss_or_inf(next(r["test_loss"] for r in runs
+                                 if r["seed"] == s and r["lr_index"] == i))
+                            for i in range(len(cfg.lrs))] for s in cfg.seeds])
+        initial = np.array([next(r["initial_loss"] for r in runs if r["seed"] == s)
+                            for s in cfg.seeds])
+        sens[variant] = sensitivity(losses, initial)
+        out[variant] = {"per_lr": per_lr, "sensitivity": list(mean_interval(sens[variant])),
+                        "best_lr": cfg.lrs[int(np.argmin(np.minimum(
+                            losses, initial[:, None]).mean(0)))]}
+    out["sensitivity_difference"] = list(paired_interval(sens["QK-norm"] - sens["Pre-LN"]))
+    return out
+
+
+def run(cfg: LogitsConfig, show_progress: bool = True, checkpoint: Path | None = None,
+        device: str = "cpu") -> tuple[dict, dict]:
+    """Train every (variant, lr, seed) of ``cfg``; returns the stored payload (without
+    provenance, with ``seconds``) and the rounded weights {key: state_dict}. With
+    ``checkpoint``, every finished model is saved there and a run started again skips
+    the models it holds (each model's history depends only on its own seed)."""
+    tok, train_ids, test_ids = _data(cfg)
+    probe, test_x, test_y = (t.to(device) for t in _windows(cfg, train_ids, test_ids))
+    train_ids = train_ids.to(device)
+    state = (load_checkpoint(checkpoint, kind="norms_logits") if checkpoint else None) \
+        or {"config": dataclasses.asdict(cfg), "records": {}, "weights": {},
+            "seconds": 0.0}
+    if state["config"] != dataclasses.asdict(cfg):
+        raise ValueError(f"{checkpoint} holds another configuration; delete it to start "
+                         "afresh")
+    cells = [(v, i, s) for v in VARIANTS for i in range(len(cfg.lrs)) for s in cfg.seeds]
+    for variant, i, seed in progress(cells, desc="logit growth",
+                                     disable=not show_progress):
+        key = f"{variant}/{i}/{seed}"
+        if key in state["records"]:
+            continue
+        start = time.perf_counter()
+        model = build(cfg, tok.vocab_size, variant, seed).to(device)
+        initial = test_loss(model, test_x, test_y)
+        hist = train_one(cfg, model, cfg.lrs[i], seed, train_ids, probe)
+        round_weights(model)
+        state["weights"][key] = {k: v.detach().cpu().to(torch.bfloat16)
+                                 for k, v in model.state_dict().items()}
+        state["records"][key] = {"seed": seed, "lr_index": i, "lr": cfg.lrs[i],
+                                 "initial_loss": initial, "history": hist,
+                                 "test_loss": test_loss(model, test_x, test_y),
+                                 "final_max_logit": max_logits(model, probe)}
+        state["seconds"] += time.perf_counter() - start
+        if checkpoint:
+            save_checkpoint(checkpoint, state, kind="norms_logits")
+    models = {v: [state["records"][f"{v}/{i}/{s}"] for i in range(len(cfg.lrs))
+                  for s in cfg.seeds] for v in VARIANTS}
+    weights, seconds = state["weights"], state["seconds"]
+    payload = {"config": {**dataclasses.asdict(cfg), "vocab_size": tok.vocab_size},
+               "variants": VARIANTS, "models": models, "summary": summarize(models, cfg),
+               "seconds": seconds}
+    return payload, weights
+
+
+def load_model(result: dict, weights: dict, variant: str, lr_index: int, seed: int) -> GPT:
+    """The stored (bfloat16-rounded) model of one cell, as float32."""
+    cfg = LogitsConfig.from_dict(result["config"])
+    model = build(cfg, result["config"]["vocab_size"], variant, seed)
+    model.load_state_dict({k: v.float() for k, v in
+                           weights[f"{variant}/{lr_index}/{seed}"].items()})
+    return model.eval()
+
+
+def windows_of(result: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The probe windows and held-out windows a stored run measured on."""
+    cfg = LogitsConfig.from_dict(result["config"])
+    _, train_ids, test_ids = _data(cfg)
+    return _windows(cfg, train_ids, test_ids)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Train the grid, store the result and the weights beside it."""
+    args = run_arguments("lncourse.norms.logits", "Attention-logit growth with and "
+                         "without QK-norm over a learning-rate grid.", PRESETS
+                         ).parse_args(argv)
+    cfg = PRESETS[args.preset]()
+    name = "logits" if args.preset == "paper" else f"logits_{args.preset}"
+    ck = RESULTS_DIR / "checkpoints" / f"norms_{name}.ckpt"
+    started = run_started(ck, command_line("lncourse.norms.logits", argv))
+    payload, weights = run(cfg, not args.quiet, ck, args.device)
+    seconds = payload.pop("seconds")
+    out = RESULTS_DIR / "norms" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(weights, out.with_suffix(".pt"))
+    return store_run(out, payload, args.device, seconds, started)
+
+
+if __name__ == "__main__":
+    main()
