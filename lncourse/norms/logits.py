@@ -50,8 +50,8 @@ from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_t
 from lncourse.transformer import GPT, TransformerConfig
 
 __all__ = ["VARIANTS", "LogitsConfig", "PRESETS", "lr_at", "build", "max_logits",
-           "test_loss", "train_one", "round_weights", "sensitivity", "summarize", "run",
-           "load_model", "main"]
+           "test_loss", "train_one", "round_weights", "qk_bound", "sensitivity",
+           "summarize", "run", "load_model", "windows_of", "main"]
 
 VARIANTS = {"Pre-LN": {"norm": "layernorm"},
             "QK-norm": {"norm": "layernorm", "qk_norm": True}}
@@ -89,6 +89,18 @@ class LogitsConfig:
             raise ValueError(f"learning rates must lie in (0, 10), got {self.lrs}")
         if len(self.seeds) < 2:
             raise ValueError("need at least two seeds for an interval")
+
+    def scaled(self, factor: float) -> "LogitsConfig":
+        """The same grid with ``factor`` of the steps (at least 4) and of the seeds (at
+        least 2): full mode at SCALE < 1."""
+        if not 0 < factor <= 1:
+            raise ValueError(f"factor must be in (0, 1], got {factor}")
+        steps = max(4, round(self.steps * factor))
+        every = max(1, steps // (self.steps // self.eval_every))
+        steps -= steps % every
+        return dataclasses.replace(
+            self, steps=steps, warmup=min(max(1, round(self.warmup * factor)), steps - 1),
+            eval_every=every, seeds=self.seeds[:max(2, round(len(self.seeds) * factor))])
 
     @classmethod
     def from_dict(cls, d: dict) -> "LogitsConfig":
@@ -177,9 +189,12 @@ def round_weights(model: GPT) -> GPT:
 
 
 def train_one(cfg: LogitsConfig, model: GPT, peak_lr: float, seed: int,
-              train_ids: torch.Tensor, probe: torch.Tensor) -> dict:
+              train_ids: torch.Tensor, probe: torch.Tensor, until: int | None = None
+              ) -> dict:
     """Train ``model`` in place at peak learning rate ``peak_lr`` on batches drawn from
-    ``seed`` (the same for every variant and lr). Returns the history: ``step``,
+    ``seed`` (the same for every variant and lr); ``until`` stops early (the schedule
+    stays that of ``cfg.steps``: a replay of a stored run's first records). Returns the
+    history: ``step``,
     ``train_loss`` (mean of the steps since the last record, cross-entropy + z-loss),
     ``max_logit`` [record][layer] and ``diverged_at`` (the first step whose loss was not
     finite, or None)."""
@@ -194,7 +209,7 @@ def train_one(cfg: LogitsConfig, model: GPT, peak_lr: float, seed: int,
     hist = {"step": [0], "train_loss": [None], "max_logit": [max_logits(model, probe)],
             "diverged_at": None}
     running = []
-    for step in range(cfg.steps):
+    for step in range(cfg.steps if until is None else min(until, cfg.steps)):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg, peak_lr)
         x, y = sample_batch(train_ids, cfg.batch_size, cfg.block_size, gen)
@@ -214,6 +229,21 @@ def train_one(cfg: LogitsConfig, model: GPT, peak_lr: float, seed: int,
             hist["max_logit"].append(max_logits(model, probe))
             running = []
     return hist
+
+
+@torch.no_grad()
+def qk_bound(model: GPT) -> list[float]:
+    """For a QK-norm model, the bound on every attention logit that the sphere gives, per
+    layer: a head's q and k have RMS 1 (norm √dh) before the gains g_q, g_k, so
+    |q·k|/√dh ≤ √dh · max_i |g_q,i g_k,i| (up to the norms' eps)."""
+    if not hasattr(model.blocks[0].attn, "k_norm"):
+        raise ValueError("the model has no QK-norm")
+    out = []
+    for block in model.blocks:
+        a = block.attn
+        g = (a.q_norm.weight * a.k_norm.weight).abs().max()
+        out.append(float(math.sqrt(a.q_norm.weight.numel()) * g))
+    return out
 
 
 def _windows(cfg: LogitsConfig, train_ids, test_ids):
@@ -268,7 +298,19 @@ def summarize(models: dict, cfg: LogitsConfig) -> dict:
                         "best_lr": cfg.lrs[int(np.argmin(np.minimum(
                             losses, initial[:, None]).mean(0)))]}
     out["sensitivity_difference"] = list(paired_interval(sens["QK-norm"] - sens["Pre-LN"]))
+    # per lr, QK-norm minus Pre-LN on the same seed (None where either diverged)
+    diff = []
+    for i in range(len(cfg.lrs)):
+        pairs = [(_cell(models, "QK-norm", i, s)["test_loss"],
+                  _cell(models, "Pre-LN", i, s)["test_loss"]) for s in cfg.seeds]
+        diff.append(None if any(None in p for p in pairs)
+                    else list(paired_interval(np.array([a - b for a, b in pairs]))))
+    out["loss_difference"] = diff
     return out
+
+
+def _cell(models: dict, variant: str, lr_index: int, seed: int) -> dict:
+    return next(r for r in models[variant] if r["seed"] == seed and r["lr_index"] == lr_index)
 
 
 def run(cfg: LogitsConfig, show_progress: bool = True, checkpoint: Path | None = None,
