@@ -30,6 +30,7 @@ Shapes: windows (B, T); attention scores (B, H, T, T).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -39,13 +40,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lncourse.norms.heads import mean_interval
+from lncourse.norms.logits_summary import sensitivity, summarize
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
 from lncourse.progress import progress
 from lncourse.results import (RESULTS_DIR, command_line, run_arguments, run_started,
                               store_run)
 from lncourse.rng import generator, seeded
-from lncourse.summary import paired_interval
 from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
 from lncourse.transformer import GPT, TransformerConfig
 
@@ -125,8 +125,14 @@ PRESETS = {"paper": _paper, "tiny": _tiny}
 
 
 def _data(cfg: LogitsConfig):
+    return _tokenized(cfg.text_chars)
+
+
+@functools.lru_cache(maxsize=2)
+def _tokenized(text_chars: int | None):
+    """The tokenizer and the training and test ids (read-only: shared between calls)."""
     text = load_shakespeare()
-    train_text, test_text = split_text(text[:cfg.text_chars] if cfg.text_chars else text)
+    train_text, test_text = split_text(text[:text_chars] if text_chars else text)
     tok = CharTokenizer.from_text(text)
     return tok, tok.encode(train_text), tok.encode(test_text)
 
@@ -251,66 +257,6 @@ def _windows(cfg: LogitsConfig, train_ids, test_ids):
     test_x, test_y = sample_batch(test_ids, cfg.test_windows, cfg.block_size,
                                   generator(12345))
     return probe, test_x, test_y
-
-
-def _loss_or_inf(value: float | None) -> float:
-    return float("inf") if value is None else value
-
-
-def sensitivity(losses: np.ndarray, initial: np.ndarray) -> np.ndarray:
-    """LR sensitivity per seed (Wortsman et al., eq. 1): ``losses`` (seeds, lrs) final
-    test losses (inf for a diverged model), ``initial`` (seeds,) the loss at
-    initialisation; returns (seeds,): mean over lrs of min(loss, initial) minus the
-    seed's best loss over the grid."""
-    losses, initial = np.asarray(losses, float), np.asarray(initial, float)
-    if losses.ndim != 2 or initial.shape != losses.shape[:1]:
-        raise ValueError(f"need losses (seeds, lrs) and initial (seeds,), got "
-                         f"{losses.shape} and {initial.shape}")
-    capped = np.minimum(losses, initial[:, None])
-    return capped.mean(1) - capped.min(1)
-
-
-def summarize(models: dict, cfg: LogitsConfig) -> dict:
-    """Per variant: per lr the mean test loss and largest final logit (max over layers)
-    with t intervals over seeds and the number diverged; the LR sensitivity (mean and
-    interval over seeds); and the paired difference of sensitivities, QK-norm minus
-    Pre-LN."""
-    out, sens = {}, {}
-    for variant, runs in models.items():
-        per_lr = []
-        for i, lr in enumerate(cfg.lrs):
-            cell = [r for r in runs if r["lr_index"] == i]
-            loss = [r["test_loss"] for r in cell]
-            logit = [None if None in r["final_max_logit"] else max(r["final_max_logit"])
-                     for r in cell]
-            diverged = sum(v is None for v in loss)
-            per_lr.append({"lr": lr, "diverged": diverged,
-                           "test_loss": list(mean_interval(loss)) if not diverged else None,
-                           "max_logit": (list(mean_interval(logit))
-                                         if None not in logit else None)})
-        losses = np.array([[_loss_or_inf(next(r["test_loss"] for r in runs
-                                 if r["seed"] == s and r["lr_index"] == i))
-                            for i in range(len(cfg.lrs))] for s in cfg.seeds])
-        initial = np.array([next(r["initial_loss"] for r in runs if r["seed"] == s)
-                            for s in cfg.seeds])
-        sens[variant] = sensitivity(losses, initial)
-        out[variant] = {"per_lr": per_lr, "sensitivity": list(mean_interval(sens[variant])),
-                        "best_lr": cfg.lrs[int(np.argmin(np.minimum(
-                            losses, initial[:, None]).mean(0)))]}
-    out["sensitivity_difference"] = list(paired_interval(sens["QK-norm"] - sens["Pre-LN"]))
-    # per lr, QK-norm minus Pre-LN on the same seed (None where either diverged)
-    diff = []
-    for i in range(len(cfg.lrs)):
-        pairs = [(_cell(models, "QK-norm", i, s)["test_loss"],
-                  _cell(models, "Pre-LN", i, s)["test_loss"]) for s in cfg.seeds]
-        diff.append(None if any(None in p for p in pairs)
-                    else list(paired_interval(np.array([a - b for a, b in pairs]))))
-    out["loss_difference"] = diff
-    return out
-
-
-def _cell(models: dict, variant: str, lr_index: int, seed: int) -> dict:
-    return next(r for r in models[variant] if r["seed"] == seed and r["lr_index"] == lr_index)
 
 
 def run(cfg: LogitsConfig, show_progress: bool = True, checkpoint: Path | None = None,
