@@ -123,3 +123,36 @@ def v_lens(measured: dict[str, np.ndarray], predicted: dict[str, dict],
               label="lens, with its floor")
     legend_below(left, ncol=3)
     return fig
+
+
+def logit_growth(result: dict, ax=None) -> Figure:
+    """Two panels against the peak learning rate (log x), per variant, each seed a dot
+    and the mean a line. Left: the final test loss (nats per character; a diverged
+    model is not drawn). Right: the largest attention logit after training (max over
+    layers, log y).
+
+    result: a stored (or freshly run) :mod:`lncourse.norms.logits` payload.
+    """
+    fig, (left, right) = figure_and_axes(ax, n=2, width=7.2, height=3.4)
+    lrs = np.asarray(result["config"]["lrs"], dtype=float)
+    for variant, runs in result["models"].items():
+        color = _VARIANT_COLORS.get(variant)
+        for key, panel in (("test_loss", left), ("final_max_logit", right)):
+            values = np.full((len(lrs), len({r["seed"] for r in runs})), np.nan)
+            seeds = sorted({r["seed"] for r in runs})
+            for r in runs:
+                v = r[key] if key == "test_loss" else (
+                    None if None in r[key] else max(r[key]))
+                values[r["lr_index"], seeds.index(r["seed"])] = np.nan if v is None else v
+            for column in values.T:
+                panel.plot(lrs, column, "o", color=color, ms=3, alpha=0.5)
+            panel.plot(lrs, np.nanmean(values, axis=1), "-", color=color, lw=1.5,
+                       label=variant if panel is left else None)
+    for panel in (left, right):
+        panel.set_xscale("log")
+        panel.set_xlabel("peak learning rate")
+    right.set_yscale("log")
+    left.set_ylabel("final test loss (nats)")
+    right.set_ylabel("largest attention logit")
+    legend_below(left, ncol=2)
+    return fig

@@ -10,7 +10,10 @@ a level, growth, massive activations, slope ratios) and every claim of
 :func:`lncourse.norms.verdict.claims`; from ``norms/trained_heads.json`` the per-head
 summary, test losses and claims; from ``norms/vlens.json`` (the V lens) the summary per
 norm recomputed from the stored curves, the lens's parameters and the claims of
-:func:`lncourse.norms.verdict.vlens_claims`. The ledger ``results/norms/reported.json`` holds
+:func:`lncourse.norms.verdict.vlens_claims`; from ``norms/logits.json`` (logit growth
+with and without QK-norm) the summary recomputed from the stored records, each model's
+final test loss and largest logits, and the claims of
+:func:`lncourse.norms.verdict.logits_claims`. The ledger ``results/norms/reported.json`` holds
 them, written by::
 
     python -m lncourse.norms.ledger
@@ -36,6 +39,7 @@ __all__ = ["SOURCE", "reported", "main"]
 SOURCE = "norms/real_paper"
 HEADS = "norms/trained_heads"
 VLENS = "norms/vlens"
+LOGITS = "norms/logits"
 LEDGER = "norms/reported"
 
 
@@ -93,7 +97,25 @@ def _vlens(stored: dict) -> dict:
             "claims": verdict.vlens_claims(stored)}
 
 
-def reported(stored: dict, heads: dict, vlens: dict) -> dict:
+def _logits(stored: dict) -> dict:
+    """What the chapter reports from the logit-growth run: the line that says what ran,
+    the summary recomputed from the stored records (and the stored one beside it), every
+    model's final test loss, largest logit at initialisation and after training, and the
+    claims."""
+    from lncourse.norms import logits
+
+    cfg = logits.LogitsConfig.from_dict(stored["config"])
+    return {"describe": describe(stored), "config": stored["config"],
+            "summary": logits.summarize(stored["models"], cfg),
+            "stored_summary": stored["summary"],
+            "models": {v: [{k: r[k] for k in ("seed", "lr", "initial_loss", "test_loss",
+                                              "final_max_logit")}
+                           | {"max_logit_at_0": r["history"]["max_logit"][0]}
+                           for r in runs] for v, runs in stored["models"].items()},
+            "claims": verdict.logits_claims(stored)}
+
+
+def reported(stored: dict, heads: dict, vlens: dict, logits: dict) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
     an edit of either shows."""
@@ -101,7 +123,8 @@ def reported(stored: dict, heads: dict, vlens: dict) -> dict:
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
             "claims": {text: holds for text, holds in verdict.claims(stored).items()},
-            "trained_heads": _heads(heads), "vlens": _vlens(vlens)}
+            "trained_heads": _heads(heads), "vlens": _vlens(vlens),
+            "logits": _logits(logits)}
 
 
 def main(argv: list[str] | None = None):
@@ -109,9 +132,9 @@ def main(argv: list[str] | None = None):
     return ledger_main("lncourse.norms.ledger", __doc__.split("\n\n")[0],
                        RESULTS_DIR / f"{LEDGER}.json",
                        lambda: (reported(load_result(SOURCE), load_result(HEADS),
-                                         load_result(VLENS)),
+                                         load_result(VLENS), load_result(LOGITS)),
                                 {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
-                                 "vlens": f"{VLENS}.json"}),
+                                 "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json"}),
                        argv)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from lncourse.norms.hidden import chance_abs_cos
 
-__all__ = ["claims", "heads_claims", "arms_claims", "vlens_claims"]
+__all__ = ["claims", "heads_claims", "arms_claims", "vlens_claims", "logits_claims"]
 
 
 def claims(stored: dict) -> dict[str, bool]:
@@ -130,4 +130,54 @@ def vlens_claims(stored: dict) -> dict[str, bool]:
         "position (|slope| below 0.002)":
             all(max(abs(v["out_slope"][1]), abs(v["out_slope"][2])) < 2e-3
                 for v in (ln, rms)),
+    }
+
+
+def logits_claims(stored: dict) -> dict[str, bool]:
+    """The claims of the logit-growth section (``results/norms/logits.json``): from the
+    stored records (largest logits per model: they spread over orders of magnitude, so
+    they are compared seed by seed, not by t intervals) and from the summary recomputed
+    from them (:func:`lncourse.norms.logits.summarize`; paired 95% t intervals over
+    seeds)."""
+    from lncourse.norms.logits import LogitsConfig, summarize
+
+    cfg = LogitsConfig.from_dict(stored["config"])
+    s = summarize(stored["models"], cfg)
+    n = len(cfg.lrs)
+
+    def logits(variant: str, i: int) -> list[float]:
+        return [max(r["final_max_logit"]) for r in stored["models"][variant]
+                if r["lr_index"] == i and None not in r["final_max_logit"]]
+
+    low = [i for i, lr in enumerate(cfg.lrs) if lr <= 0.03]
+    mid = n - 3                            # the highest lr below the two top ones
+
+    def worst_seed(variant: str) -> int:
+        runs = [r for r in stored["models"][variant] if r["lr_index"] == mid]
+        return max(runs, key=lambda r: r["test_loss"])["seed"]
+    return {
+        "no model diverged: every final test loss is finite":
+            all(r["test_loss"] is not None for runs in stored["models"].values()
+                for r in runs),
+        "at the two highest learning rates, every Pre-LN model's largest attention logit "
+        "is more than 100 times every QK-norm model's":
+            all(min(logits("Pre-LN", i)) > 100 * max(logits("QK-norm", i))
+                for i in (n - 2, n - 1)),
+        "every QK-norm model's largest attention logit is below 100":
+            max(max(logits("QK-norm", i)) for i in range(n)) < 100,
+        "QK-norm's LR sensitivity is lower than Pre-LN's (paired interval below 0)":
+            s["sensitivity_difference"][2] < 0,
+        "at the two highest learning rates QK-norm's test loss is lower than Pre-LN's "
+        "(paired intervals below 0)":
+            all(s["loss_difference"][i] is not None and s["loss_difference"][i][2] < 0
+                for i in (n - 2, n - 1)),
+        "at the third-highest learning rate the same seed has the highest test loss in "
+        "both variants, and every largest logit there is below 100":
+            worst_seed("Pre-LN") == worst_seed("QK-norm")
+            and max(logits("Pre-LN", mid) + logits("QK-norm", mid)) < 100,
+        "at every learning rate up to 0.03 the paired difference in test loss has an "
+        "interval that contains 0":
+            bool(low) and all(s["loss_difference"][i] is not None
+                              and s["loss_difference"][i][1] < 0 < s["loss_difference"][i][2]
+                              for i in low),
     }

@@ -33,8 +33,13 @@ def vlens():
     return load_result(L.VLENS)
 
 
-def test_every_reported_number_matches_the_ledger(stored, heads, vlens):
-    differences = C.compare(L.reported(stored, heads, vlens), C.load_ledger(LEDGER))
+@pytest.fixture(scope="module")
+def logits():
+    return load_result(L.LOGITS)
+
+
+def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits):
+    differences = C.compare(L.reported(stored, heads, vlens, logits), C.load_ledger(LEDGER))
     assert not differences, ("chapter 5's numbers differ from results/norms/reported.json "
                              "(the stored file or the ledger was changed; if a new run is "
                              "meant, rewrite it: python -m lncourse.norms.ledger):\n  "
@@ -57,8 +62,8 @@ def _edit(stored, what):
 
 @pytest.mark.parametrize("what", ["a middle passage", "a summary mean", "an interval",
                                   "the width"])
-def test_an_edited_stored_number_fails_the_ledger(stored, heads, vlens, what):
-    assert C.compare(L.reported(_edit(stored, what), heads, vlens), C.load_ledger(LEDGER)), what
+def test_an_edited_stored_number_fails_the_ledger(stored, heads, vlens, logits, what):
+    assert C.compare(L.reported(_edit(stored, what), heads, vlens, logits), C.load_ledger(LEDGER)), what
 
 
 def _edit_heads(heads, what):
@@ -73,8 +78,8 @@ def _edit_heads(heads, what):
 
 
 @pytest.mark.parametrize("what", ["a count", "a stored mean", "a test loss"])
-def test_an_edited_per_head_number_fails_the_ledger(stored, heads, vlens, what):
-    assert C.compare(L.reported(stored, _edit_heads(heads, what), vlens),
+def test_an_edited_per_head_number_fails_the_ledger(stored, heads, vlens, logits, what):
+    assert C.compare(L.reported(stored, _edit_heads(heads, what), vlens, logits),
                      C.load_ledger(LEDGER)), what
 
 
@@ -92,6 +97,26 @@ def _edit_vlens(vlens, what):
 
 
 @pytest.mark.parametrize("what", ["a curve", "an energy", "a block output", "the width"])
-def test_an_edited_v_lens_number_fails_the_ledger(stored, heads, vlens, what):
-    assert C.compare(L.reported(stored, heads, _edit_vlens(vlens, what)),
+def test_an_edited_v_lens_number_fails_the_ledger(stored, heads, vlens, logits, what):
+    assert C.compare(L.reported(stored, heads, _edit_vlens(vlens, what), logits),
+                     C.load_ledger(LEDGER)), what
+
+
+def _edit_logits(logits, what):
+    logits = copy.deepcopy(logits)
+    if what == "a test loss":                # QK-norm at the highest lr, last seed
+        logits["models"]["QK-norm"][-1]["test_loss"] -= 0.02
+    elif what == "a largest logit":          # Pre-LN at the highest lr, first seed
+        logits["models"]["Pre-LN"][-3]["final_max_logit"][1] *= 0.9
+    elif what == "a stored mean":
+        logits["summary"]["Pre-LN"]["sensitivity"][0] += 0.01
+    elif what == "the learning rates":
+        logits["config"]["lrs"][-1] = 1.0
+    return logits
+
+
+@pytest.mark.parametrize("what", ["a test loss", "a largest logit", "a stored mean",
+                                  "the learning rates"])
+def test_an_edited_logit_growth_number_fails_the_ledger(stored, heads, vlens, logits, what):
+    assert C.compare(L.reported(stored, heads, vlens, _edit_logits(logits, what)),
                      C.load_ledger(LEDGER)), what
