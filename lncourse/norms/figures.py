@@ -127,7 +127,7 @@ def v_lens(measured: dict[str, np.ndarray], predicted: dict[str, dict],
 
 def logit_growth(result: dict, ax=None) -> Figure:
     """Two panels against the peak learning rate (log x), per variant, each seed a dot
-    and the mean a line. Left: the final test loss (nats per character; a diverged
+    and the mean a line (geometric on the right). Left: the final test loss (nats per character; a diverged
     model is not drawn). Right: the largest attention logit after training (max over
     layers, log y).
 
@@ -146,7 +146,9 @@ def logit_growth(result: dict, ax=None) -> Figure:
                 values[r["lr_index"], seeds.index(r["seed"])] = np.nan if v is None else v
             for column in values.T:
                 panel.plot(lrs, column, "o", color=color, ms=3, alpha=0.5)
-            panel.plot(lrs, np.nanmean(values, axis=1), "-", color=color, lw=1.5,
+            centre = (np.nanmean(values, axis=1) if panel is left      # log y: the
+                      else np.exp(np.nanmean(np.log(values), axis=1)))  # geometric mean
+            panel.plot(lrs, centre, "-", color=color, lw=1.5,
                        label=variant if panel is left else None)
     for panel in (left, right):
         panel.set_xscale("log")

@@ -220,12 +220,13 @@ def train_one(cfg: LogitsConfig, model: GPT, peak_lr: float, seed: int,
             group["lr"] = lr_at(step, cfg, peak_lr)
         x, y = sample_batch(train_ids, cfg.batch_size, cfg.block_size, gen)
         model.train()
-        loss = _loss(model, x, y, cfg.z_loss)
-        if not torch.isfinite(loss):
-            hist["diverged_at"] = step
-            break
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        with torch.enable_grad():     # also where the caller turned gradients off
+            loss = _loss(model, x, y, cfg.z_loss)
+            if not torch.isfinite(loss):
+                hist["diverged_at"] = step
+                break
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
         running.append(float(loss.detach()))

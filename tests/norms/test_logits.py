@@ -110,6 +110,19 @@ def test_config_rejects_bad_grids_and_scales_to_at_least_two_seeds():
     assert LG.LogitsConfig().scaled(1.0) == LG.LogitsConfig()
 
 
+def test_training_needs_no_gradients_switched_on_by_the_caller():
+    """A notebook may have turned gradients off (chapter 5 does, for its measurements)."""
+    cfg = LG.PRESETS["tiny"]()
+    _, train_ids, test_ids = LG._data(cfg)
+    probe, _, _ = LG._windows(cfg, train_ids, test_ids)
+    hists = []
+    for grad in (True, False):
+        with torch.set_grad_enabled(grad):
+            model = LG.build(cfg, LG._data(cfg)[0].vocab_size, "QK-norm", 0)
+            hists.append(LG.train_one(cfg, model, 0.1, 0, train_ids, probe))
+    assert hists[0] == hists[1]
+
+
 def test_a_run_resumes_with_the_same_records(tmp_path, monkeypatch):
     cfg = LG.LogitsConfig(**{**LG.PRESETS["tiny"]().__dict__, "lrs": (3e-1,)})
     whole, _ = LG.run(cfg, show_progress=False)
