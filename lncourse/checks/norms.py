@@ -11,7 +11,7 @@ from torch import Tensor
 from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_dyt", "check_chance_abs_cos", "check_qk_norm_scores",
-           "check_fraction_along_ones"]
+           "check_fraction_along_ones", "check_qk_logit_bound"]
 
 
 # --- DyT -----------------------------------------------------------------------------
@@ -146,6 +146,46 @@ def check_fraction_along_ones(fn: Callable[[Tensor], Tensor], *, hidden: bool = 
               mistakes=_ALONG_MISTAKES)
 
 
+# --- the largest logit of a QK-normed head -----------------------------------------------
+def _bound(g_q: Tensor, g_k: Tensor) -> Tensor:
+    return math.sqrt(g_q.shape[-1]) * (g_q * g_k).abs().amax(-1)
+
+
+_BOUND_MISTAKES = [
+    ("take the absolute value of g_q g_k: a negative product is reached with q and k of "
+     "opposite signs on that channel",
+     lambda q, k: math.sqrt(q.shape[-1]) * (q * k).amax(-1)),
+    ("max|g_q| · max|g_k| is a bound, but only reached when both maxima share a channel; "
+     "the largest logit puts q and k on the channel of the largest |g_q,i g_k,i|",
+     lambda q, k: math.sqrt(q.shape[-1]) * q.abs().amax(-1) * k.abs().amax(-1)),
+    ("||g_q|| ||g_k|| (Cauchy-Schwarz on the gains) is a bound that is never reached "
+     "unless one channel carries all the gain; concentrate q and k on one channel",
+     lambda q, k: math.sqrt(q.shape[-1]) * q.norm(dim=-1) * k.norm(dim=-1)),
+    ("after the norm q and k have length √dh (RMS 1), so q·k/√dh reaches √dh·|g_q,i g_k,i|",
+     lambda q, k: (q * k).abs().amax(-1)),
+    ("the logit divides q·k by √dh: dh·|g g| is q·k itself",
+     lambda q, k: q.shape[-1] * (q * k).abs().amax(-1)),
+]
+
+
+def check_qk_logit_bound(fn: Callable, *, hidden: bool = False) -> None:
+    """qk_logit_bound(g_q, g_k): gains (..., dh) -> (...), the largest attention logit a
+    QK-normed head can produce, √dh · max_i |g_q,i g_k,i|."""
+    g = generator(53)
+    g_q = torch.tensor([[1.0, -3.0, 0.5, 2.0], [0.2, 0.1, 1.5, 1.0]], dtype=torch.float64)
+    g_k = torch.tensor([[2.0, 1.0, 4.0, 0.5], [-3.0, 5.0, 0.3, 1.1]], dtype=torch.float64)
+    cases = [case(g_q, g_k), case(g_k[1], g_q[1]),
+             case(torch.ones(16, dtype=torch.float64), torch.ones(16, dtype=torch.float64))]
+    if hidden:
+        cases += [case(torch.randn(3, 4, 8, generator=g, dtype=torch.float64),
+                       torch.randn(3, 4, 8, generator=g, dtype=torch.float64)),
+                  case(torch.randn(12, 16, generator=g) * 3, torch.randn(12, 16, generator=g)),
+                  case(torch.tensor([-2.5], dtype=torch.float64),
+                       torch.tensor([4.0], dtype=torch.float64))]
+    run_check(fn, "qk_logit_bound", ["g_q", "g_k"], cases, reference=_bound,
+              mistakes=_BOUND_MISTAKES)
+
+
 # The known mistakes of every exercise this module checks, by the exercise's function
 # name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
@@ -153,4 +193,5 @@ MISTAKES = {
     "chance_abs_cos": _CHANCE_MISTAKES,
     "qk_norm_scores": _QK_MISTAKES,
     "fraction_along_ones": _ALONG_MISTAKES,
+    "qk_logit_bound": _BOUND_MISTAKES,
 }

@@ -86,7 +86,9 @@ CHAPTERS: tuple[Chapter, ...] = (
              ("ex-dyt", "Dynamic tanh", "dyt", 1),
              ("ex-chance-abs-cos", "The chance level of cos(h, 1)", "chance_abs_cos", 2),
              ("ex-fraction-along-ones", "How much of h lies along 1", "fraction_along_ones", 1),
-             ("ex-qk-norm-scores", "QK-norm in a head", "qk_norm_scores", 2)),
+             ("ex-qk-norm-scores", "QK-norm in a head", "qk_norm_scores", 2),
+             ("ex-qk-logit-bound", "The largest logit of a QK-normed head",
+              "qk_logit_bound", 1)),
 )
 
 
