@@ -91,16 +91,20 @@ class LogitsConfig:
             raise ValueError("need at least two seeds for an interval")
 
     def scaled(self, factor: float) -> "LogitsConfig":
-        """The same grid with ``factor`` of the steps (at least 4) and of the seeds (at
-        least 2): full mode at SCALE < 1."""
+        """Full mode at SCALE < 1: ``factor`` of the steps (at least 4), of the seeds (at
+        least 2) and of the learning rates (at least the lowest and the highest, spread
+        over the grid); ``scaled(1)`` is the configuration itself."""
         if not 0 < factor <= 1:
             raise ValueError(f"factor must be in (0, 1], got {factor}")
         steps = max(4, round(self.steps * factor))
         every = max(1, steps // (self.steps // self.eval_every))
         steps -= steps % every
+        n = min(len(self.lrs), max(2, round(len(self.lrs) * factor)))
+        pick = np.unique(np.round(np.linspace(0, len(self.lrs) - 1, n)).astype(int))
         return dataclasses.replace(
             self, steps=steps, warmup=min(max(1, round(self.warmup * factor)), steps - 1),
-            eval_every=every, seeds=self.seeds[:max(2, round(len(self.seeds) * factor))])
+            eval_every=every, seeds=self.seeds[:max(2, round(len(self.seeds) * factor))],
+            lrs=tuple(self.lrs[i] for i in pick))
 
     @classmethod
     def from_dict(cls, d: dict) -> "LogitsConfig":

@@ -106,7 +106,8 @@ def test_config_rejects_bad_grids_and_scales_to_at_least_two_seeds():
         LG.LogitsConfig(lrs=(0.0,))
     small = LG.LogitsConfig().scaled(0.01)
     assert small.steps % small.eval_every == 0 and small.warmup < small.steps
-    assert len(small.seeds) == 2 and small.lrs == LG.LogitsConfig().lrs
+    assert len(small.seeds) == 2 and small.lrs == (1e-3, 0.3)
+    assert LG.LogitsConfig().scaled(0.5).lrs == (1e-3, 1e-2, 0.3)
     assert LG.LogitsConfig().scaled(1.0) == LG.LogitsConfig()
 
 
