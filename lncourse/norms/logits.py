@@ -215,14 +215,15 @@ def train_one(cfg: LogitsConfig, model: GPT, peak_lr: float, seed: int,
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay / peak_lr},
                              {"params": other, "weight_decay": 0.0}],
                             lr=peak_lr, betas=(0.9, 0.95), eps=1e-8)
-    gen = generator(seed + 1)
+    gen = generator(seed + 1)                # on the CPU, so any device draws the same
+    device = next(model.parameters()).device
     hist = {"step": [0], "train_loss": [None], "max_logit": [max_logits(model, probe)],
             "diverged_at": None}
     running = []
     for step in range(cfg.steps if until is None else min(until, cfg.steps)):
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg, peak_lr)
-        x, y = sample_batch(train_ids, cfg.batch_size, cfg.block_size, gen)
+        x, y = sample_batch(train_ids, cfg.batch_size, cfg.block_size, gen, device)
         model.train()
         with torch.enable_grad():     # also where the caller turned gradients off
             loss = _loss(model, x, y, cfg.z_loss)
@@ -272,7 +273,6 @@ def run(cfg: LogitsConfig, show_progress: bool = True, checkpoint: Path | None =
     the models it holds (each model's history depends only on its own seed)."""
     tok, train_ids, test_ids = _data(cfg)
     probe, test_x, test_y = (t.to(device) for t in _windows(cfg, train_ids, test_ids))
-    train_ids = train_ids.to(device)
     state = (load_checkpoint(checkpoint, kind="norms_logits") if checkpoint else None) \
         or {"config": dataclasses.asdict(cfg), "records": {}, "weights": {},
             "seconds": 0.0}
