@@ -25,8 +25,8 @@ from lncourse.selectability.experiments import PAPER_TABLE1, PAPER_TABLE2, prefi
 from lncourse.selectability.lm import (VARIANTS, KeysLMConfig, build_model, held_out_contexts,
                                layer_vectors, tokenized)
 
-__all__ = ["Claim", "result_of", "models_at", "measure", "layer_rows", "curve", "claims",
-           "seeds_table", "PAPER"]
+__all__ = ["Claim", "result_of", "models_at", "measure", "layer_rows", "overall", "curve",
+           "claims", "seeds_table", "PAPER"]
 
 
 def _encode(params: dict[str, torch.Tensor], m: int) -> dict:
@@ -124,6 +124,15 @@ def layer_rows(result: dict, which: str = "final", step: int | None = None) -> d
     return rows
 
 
+def overall(result: dict, label: str, q: str = "after") -> tuple:
+    """The mean over layers at the last measured step, in %, with a 95% interval that
+    resamples seeds and, within each, contexts (as :func:`layer_rows`): (mean, low, high).
+    """
+    idx = [m for m, lab in enumerate(result["labels"]) if lab == label]
+    arr = np.asarray([result["final"][q][m] for m in idx])   # (seeds, layers, contexts)
+    return _bootstrap(arr.mean(axis=1))
+
+
 def curve(result: dict, label: str, q: str = "after") -> tuple[list[int], np.ndarray]:
     """The fraction against the step: steps, and (steps, layers) means over seeds and the
     curve's contexts, in %."""
@@ -134,6 +143,11 @@ def curve(result: dict, label: str, q: str = "after") -> tuple[list[int], np.nda
                        for s in steps])
     return steps, 100 * vals
 
+
+# The "has it settled?" claim: from this step on, the fraction without scaling (mean over
+# layers) stays within this many points of its value there. Set at the 6,000-step export,
+# after its curve was seen; each later export tests it on steps not seen when it was set.
+PLATEAU_FROM, PLATEAU_BAND = 1000, 3.0
 
 PAPER = {("no scaling before attention", "after"): PAPER_TABLE1["without scaling"],
          ("full LayerNorm", "after"): PAPER_TABLE1["with scaling"],
@@ -172,6 +186,14 @@ def claims(result: dict) -> list[Claim]:
                          f"(mean over layers, {result['curve_contexts']} contexts) fell "
                          f"from {first:.1f}% at step {steps[0]:,} to {final:.1f}% at "
                          f"step {steps[-1]:,}.", bool(final < first)))
+    later = [i for i, s in enumerate(steps) if s >= PLATEAU_FROM]
+    if len(later) > 1 and steps[-1] >= 2 * PLATEAU_FROM:
+        level = vals[later].mean(axis=1)
+        out.append(Claim("plateau", f"From step {PLATEAU_FROM:,} to step {steps[-1]:,} that "
+                         f"fraction stays between {level.min():.1f}% and {level.max():.1f}% "
+                         f"at every stored step (within {PLATEAU_BAND:.0f} points of "
+                         f"{level[0]:.1f}%).",
+                         bool(np.abs(level - level[0]).max() <= PLATEAU_BAND)))
     for key, paper in PAPER.items():
         ours = rows[key]
         gaps = [o[0] - p for o, p in zip(ours, paper)]
