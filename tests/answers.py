@@ -1178,45 +1178,6 @@ def fraction_along_ones(h):
     return (h.mean(-1) ** 2 * d) / (h * h).sum(-1)
 
 
-@right("qk_logit_bound")
-def qk_logit_bound(g_q, g_k):
-    # q = k = sqrt(dh) e_i on the channel i of the largest |g_q,i g_k,i| (flip k's sign
-    # if the product is negative): q·k/sqrt(dh) = sqrt(dh) |g_q,i g_k,i|
-    return (g_q * g_k).abs().max(dim=-1).values * g_q.shape[-1] ** 0.5
-
-
-@right("qk_logit_bound")
-def qk_logit_bound_numpy(g_q, g_k):
-    prod = np.abs(g_q.detach().cpu().double().numpy() * g_k.detach().cpu().double().numpy())
-    return torch.as_tensor(np.asarray(np.sqrt(prod.shape[-1]) * prod.max(axis=-1)))
-
-
-@wrong("qk_logit_bound", "absolute value")
-def qk_bound_signed(g_q, g_k):
-    return math.sqrt(g_q.shape[-1]) * (g_q * g_k).max(-1).values
-
-
-@wrong("qk_logit_bound", "share a channel")
-def qk_bound_separate_maxima(g_q, g_k):
-    return math.sqrt(g_q.shape[-1]) * g_q.abs().max(-1).values * g_k.abs().max(-1).values
-
-
-@wrong("qk_logit_bound", "Cauchy-Schwarz")
-def qk_bound_gain_norms(g_q, g_k):
-    return math.sqrt(g_q.shape[-1]) * torch.linalg.vector_norm(g_q, dim=-1) \
-        * torch.linalg.vector_norm(g_k, dim=-1)
-
-
-@wrong("qk_logit_bound", "divides q·k by √dh")
-def qk_bound_without_scale(g_q, g_k):
-    return g_q.shape[-1] * (g_q * g_k).abs().max(-1).values
-
-
-@wrong("qk_logit_bound", "length √dh")
-def qk_bound_unit_vectors(g_q, g_k):
-    return (g_q * g_k).abs().max(-1).values
-
-
 @right("fraction_along_ones")
 def fraction_along_ones_by_projection(h):
     ones = torch.ones(h.shape[-1], dtype=h.dtype) / h.shape[-1] ** 0.5
