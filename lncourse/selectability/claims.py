@@ -2,7 +2,8 @@
 checked against them (chapter 2).
 
 Each sentence of the chapter that compares or orders numbers of
-``selectability/lm_paper.json`` and ``selectability/lm_quick_bpe.json`` is a
+``selectability/lm_paper.json``, ``selectability/lm_quick_bpe.json`` and
+``selectability/lm_paper_bpe.json`` is a
 :class:`lncourse.claims.Claim` built here: the chapter glues the text (or states the
 sentence beside the glued numbers), the ledger (:mod:`lncourse.selectability.ledger`)
 holds text and verdict, and ``tests/selectability/test_ledger.py`` asserts that each holds
@@ -15,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.claims import Claim
-from lncourse.selectability.report import FULL, NO_SCALING, gap_summary, sweep_curves
+from lncourse.selectability.report import (FULL, NO_SCALING, PAPER_TABLE1, PAPER_TABLE2,
+                                           gap_summary, sweep_curves)
 
-__all__ = ["lm_claims"]
+__all__ = ["lm_claims", "tokenisation_at_paper_length", "tokenisation_claims"]
 
 
 def lm_claims(stored: dict, stored_bpe: dict) -> list[Claim]:
@@ -58,4 +60,68 @@ def lm_claims(stored: dict, stored_bpe: dict) -> list[Claim]:
                      f"quantity, 7-D), {below['t2'][0]:.1f}% against {below['t2'][1]:.1f}% "
                      "(Table 2's, 8-D).", all(a < b for a, b in below.values()),
                      {q: list(v) for q, v in below.items()}))
+    return out
+
+
+def _t1_t2(res: dict) -> dict[str, float]:
+    """Table 1's quantity (ln1 without scaling) and Table 2's (resid_pre, full LN) at a
+    run's largest n, in %, averaged over layers and contexts."""
+    curves = sweep_curves(res)
+    return {"t1": curves[NO_SCALING]["after"][-1], "t2": curves[FULL]["before"][-1]}
+
+
+def tokenisation_at_paper_length(stored: dict, paper_bpe: dict, seeds: dict) -> dict:
+    """The numbers of the tokenisation comparison at n = 1,024, in %: Table 1's and
+    Table 2's quantities of the BPE run and of the character run (one seed each, the same
+    configuration but the tokens), and of each character seed of the seeded runs at the
+    BPE run's step (the mean over layers and the curve's contexts), with the paper's
+    averages and the mean number of distinct tokens in a context."""
+    step = paper_bpe["config"]["steps"]
+    out = {"step": step, "bpe": _t1_t2(paper_bpe), "chars": _t1_t2(stored),
+           "paper": {"t1": float(np.mean(PAPER_TABLE1["without scaling"])),
+                     "t2": float(np.mean(PAPER_TABLE2["before LayerNorm"]))},
+           "seeds": {}}
+    at = seeds["curve"][str(step)]
+    for key, label, q in (("t1", NO_SCALING, "after"), ("t2", FULL, "before")):
+        idx = [m for m, lab in enumerate(seeds["labels"]) if lab == label]
+        out["seeds"][key] = [100 * float(np.mean(at[q][m])) for m in idx]
+    for name, res in (("bpe", paper_bpe), ("chars", stored)):
+        sweep = res["models"][NO_SCALING]["sweep"]
+        out[f"{name}_distinct"] = float(np.mean([c[-1] for c in sweep["distinct"]]))
+    return out
+
+
+def tokenisation_claims(stored: dict, paper_bpe: dict, seeds: dict) -> list[Claim]:
+    """The claims on tokens at the paper's context length: the BPE run (n = 1,024, batch
+    16, 400 steps) against the character run of the same configuration and against the
+    three character seeds at the same step."""
+    t = tokenisation_at_paper_length(stored, paper_bpe, seeds)
+    b, c, p, s = t["bpe"], t["chars"], t["paper"], t["seeds"]
+    n, k = paper_bpe["config"]["sweep"][-1], seeds["curve_contexts"]
+    farther = all(abs(b[q] - p[q]) >= abs(c[q] - p[q]) for q in ("t1", "t2"))
+    out = [Claim("bpe_not_closer", f"At n = {n:,}, BPE tokens bring neither table closer "
+                 f"to the paper's: Table 1's quantity is {b['t1']:.1f}% with BPE against "
+                 f"{c['t1']:.1f}% with characters (paper {p['t1']:.1f}%), Table 2's "
+                 f"{b['t2']:.1f}% against {c['t2']:.1f}% (paper {p['t2']:.1f}%).", farther,
+                 {"bpe": b, "chars": c, "paper": p})]
+    g = {q: 100 * float(np.mean(paper_bpe["proxy"][str(d)][-1]))
+         for q, d in (("t1", 7), ("t2", 8))}
+    out.append(Claim("bpe_nearer_gaussian", f"With BPE both counts lie nearer those of "
+                     f"Gaussian points, whose vectors are all distinct ({g['t1']:.1f}% in "
+                     f"7-D, {g['t2']:.1f}% in 8-D).",
+                     all(abs(b[q] - g[q]) < abs(c[q] - g[q]) for q in g), {"gaussian": g}))
+    lo, hi = min(s["t2"]), max(s["t2"])
+    out.append(Claim("bpe_t2_above_seeds", f"Table 2's {b['t2']:.1f}% with BPE lies "
+                     f"{b['t2'] - hi:.1f} points above the highest of three character "
+                     f"seeds at step {t['step']:,} ({lo:.1f} to {hi:.1f}%, {k} contexts each): "
+                     "more than the "
+                     "seeds differ from each other.",
+                     b["t2"] - hi > hi - lo, {"bpe": b["t2"], "seeds": s["t2"]}))
+    lo, hi = min(s["t1"]), max(s["t1"])
+    out.append(Claim("bpe_t1_within_seeds", f"Table 1's {b['t1']:.1f}% with BPE lies "
+                     f"{b['t1'] - hi:.1f} points above the highest character seed at step "
+                     f"{t['step']:,} ({lo:.1f} to {hi:.1f}%): less than the seeds differ "
+                     "from each other, so one BPE seed cannot separate this difference "
+                     "from the seed's.", abs(b["t1"] - hi) < hi - lo,
+                     {"bpe": b["t1"], "seeds": s["t1"]}))
     return out

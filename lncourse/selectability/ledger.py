@@ -1,7 +1,8 @@
 """Every number chapter 2 reports from its stored files, and its ledger (chapter 2).
 
 :func:`reported` recomputes, from ``selectability/lm_paper.json`` (characters, contexts of
-1,024), ``selectability/lm_quick_bpe.json`` (BPE tokens) and
+1,024), ``selectability/lm_quick_bpe.json`` (BPE tokens at the build's size),
+``selectability/lm_paper_bpe.json`` (BPE tokens, contexts of 1,024) and
 ``selectability/seeds_table1.json`` (three seeds toward 34,000 steps), each number the
 chapter prints, plots or glues from them: per run, the line that says what ran
 (:func:`lncourse.results.describe`), the tokenizer and the configuration the chapter
@@ -10,7 +11,9 @@ largest n, the curves against n and the Gaussian proxy, the LayerNorm's guard (s
 variance over ε, smallest |γ|), the diagnostics at the largest n, the training curve, the
 glued numbers of the discussion of the gap to Table 1 (:func:`report.gap_summary`, its
 stored part) and the text and verdict of each claim
-(:func:`lncourse.selectability.claims.lm_claims`); for the seeded runs the table with its bootstrap intervals, the curves
+(:func:`lncourse.selectability.claims.lm_claims`), the comparison of tokens at n = 1,024
+with its claims (:func:`~lncourse.selectability.claims.tokenisation_claims`); for the
+seeded runs the table with its bootstrap intervals, the curves
 against the step and the text of every claim. What this build computes itself (its fast
 run, the random-direction column, the Gaussian CVs drawn here) is not in it. The ledger
 ``results/selectability/reported.json`` holds them, written by::
@@ -29,17 +32,19 @@ import numpy as np
 from lncourse.claims import ledger_main
 from lncourse.results import RESULTS_DIR, describe, load_result
 from lncourse.selectability import report, seeds_measure
-from lncourse.selectability.claims import lm_claims
+from lncourse.selectability.claims import (lm_claims, tokenisation_at_paper_length,
+                                           tokenisation_claims)
 
 __all__ = ["SOURCES", "load_runs", "reported", "main"]
 
 SOURCES = {"stored": "selectability/lm_paper", "stored_bpe": "selectability/lm_quick_bpe",
-           "seeds": "selectability/seeds_table1"}
+           "paper_bpe": "selectability/lm_paper_bpe", "seeds": "selectability/seeds_table1"}
 LEDGER = "selectability/reported"
 
 
 def load_runs() -> dict:
-    """The stored files chapter 2 reads: {"stored", "stored_bpe", "seeds"} -> result."""
+    """The stored files chapter 2 reads: {"stored", "stored_bpe", "paper_bpe", "seeds"} ->
+    result."""
     return {key: load_result(name) for key, name in SOURCES.items()}
 
 
@@ -84,7 +89,7 @@ def _seeds(seeds: dict) -> dict:
     return out
 
 
-def reported(stored: dict, stored_bpe: dict, seeds: dict) -> dict:
+def reported(stored: dict, stored_bpe: dict, paper_bpe: dict, seeds: dict) -> dict:
     """Every number chapter 2 reports from these stored files (see the module's
     docstring)."""
     gap = report.gap_summary(stored, stored_bpe, stored_bpe)   # "fast" is the build's run
@@ -95,9 +100,12 @@ def reported(stored: dict, stored_bpe: dict, seeds: dict) -> dict:
         structure[name] = {"own": 100 * own,
                            "gaussian": 100 * np.mean(stored["proxy"][str(dim)][-1])}
     return {"lm_paper": _lm_run(stored), "lm_quick_bpe": _lm_run(stored_bpe),
+            "lm_paper_bpe": _lm_run(paper_bpe),
             "gap": {k: v for k, v in gap.items() if not k.startswith("fast_")},
+            "tokenisation": tokenisation_at_paper_length(stored, paper_bpe, seeds),
             "lengths_or_directions": structure, "seeds_table1": _seeds(seeds),
-            "claims": {c.key: c for c in lm_claims(stored, stored_bpe)}}
+            "claims": {c.key: c for c in lm_claims(stored, stored_bpe)
+                       + tokenisation_claims(stored, paper_bpe, seeds)}}
 
 
 def main(argv: list[str] | None = None):

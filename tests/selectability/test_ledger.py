@@ -46,6 +46,10 @@ def _edit(runs, what):
         runs["stored_bpe"]["models"][FULL]["history"]["test_loss"][-1] += 0.01
     elif what == "lm_quick_bpe gamma":
         runs["stored_bpe"]["models"][FULL]["sweep"]["min_abs_gamma"][1] = 0.0
+    elif what == "lm_paper_bpe middle layer":        # a cell no fast weight test recomputes
+        runs["paper_bpe"]["models"][NO_SCALING]["sweep"]["after"][2][4][-1] += 0.01
+    elif what == "lm_paper_bpe final loss":
+        runs["paper_bpe"]["models"][NO_SCALING]["history"]["test_loss"][-1] -= 0.01
     elif what == "seeds middle layer":
         runs["seeds"]["final"]["after"][1][2][0] = 0.5
     elif what == "seeds curve":
@@ -57,6 +61,7 @@ def _edit(runs, what):
 
 EDITS = ["lm_paper cell at n = 1,024", "lm_paper smaller n", "lm_paper proxy",
          "lm_paper tracked fraction", "lm_quick_bpe final loss", "lm_quick_bpe gamma",
+         "lm_paper_bpe middle layer", "lm_paper_bpe final loss",
          "seeds middle layer", "seeds curve", "wall time"]
 
 
@@ -68,9 +73,10 @@ def test_an_edited_stored_number_fails_the_ledger(runs, what):
 
 
 def test_chapter2_claims_hold_for_the_stored_runs(runs):
-    from lncourse.selectability.claims import lm_claims
+    from lncourse.selectability.claims import lm_claims, tokenisation_claims
     from lncourse.selectability.seeds_measure import claims as seed_claims
-    got = lm_claims(runs["stored"], runs["stored_bpe"]) + seed_claims(runs["seeds"])
+    got = (lm_claims(runs["stored"], runs["stored_bpe"]) + seed_claims(runs["seeds"])
+           + tokenisation_claims(runs["stored"], runs["paper_bpe"], runs["seeds"]))
     assert not C.check_claims(got), C.check_claims(got)
 
 
@@ -108,3 +114,30 @@ def test_each_claim_fails_on_contrary_numbers(runs):
         for ctx in layer:
             ctx[-1] = ctx[2] = 0.05              # no longer contexts than n = 128 help
     assert verdicts(r)["context_closes_gap"].holds is False
+
+
+def test_each_tokenisation_claim_fails_on_contrary_numbers(runs):
+    """The claims on BPE at n = 1,024 turn False when the stored runs say otherwise."""
+    from lncourse.selectability.claims import tokenisation_claims
+
+    def verdicts(r):
+        return {c.key: c.holds
+                for c in tokenisation_claims(r["stored"], r["paper_bpe"], r["seeds"])}
+
+    assert all(verdicts(runs).values())
+    r = copy.deepcopy(runs)
+    for layer in r["paper_bpe"]["models"][NO_SCALING]["sweep"]["after"]:
+        for ctx in layer:
+            ctx[-1] = 0.39                      # BPE at the paper's Table 1 average
+    v = verdicts(r)
+    assert v["bpe_not_closer"] is False and v["bpe_t1_within_seeds"] is False
+    r = copy.deepcopy(runs)
+    for layer in r["paper_bpe"]["models"][FULL]["sweep"]["before"]:
+        for ctx in layer:
+            ctx[-1] = 0.318                     # BPE's Table 2 among the seeds
+    assert verdicts(r)["bpe_t2_above_seeds"] is False
+    r = copy.deepcopy(runs)
+    for layer in r["paper_bpe"]["models"][NO_SCALING]["sweep"]["after"]:
+        for ctx in layer:
+            ctx[-1] = 0.55                      # far above every seed
+    assert verdicts(r)["bpe_t1_within_seeds"] is False
