@@ -7,6 +7,7 @@ weights, so a stored result cannot drift from the code that is said to produce i
 
 import copy
 import dataclasses
+import functools
 import json
 
 import numpy as np
@@ -146,6 +147,13 @@ def test_report_helpers(tiny_run):
 STORED = sorted((RESULTS_DIR / "selectability").glob("lm_*.json"))
 
 
+@functools.lru_cache(maxsize=None)
+def _tokenized(cfg: KeysLMConfig):
+    """tokenized(cfg), once per stored configuration for the tests below (training the
+    BPE of the plays takes about 4 s; the tensors are only read)."""
+    return tokenized(cfg)
+
+
 @pytest.mark.parametrize("path", STORED, ids=[p.stem for p in STORED])
 def test_stored_result_matches_the_code(path):
     """Recompute a prefix of the stored run: its data, its first training steps (no
@@ -155,7 +163,7 @@ def test_stored_result_matches_the_code(path):
                           for k, v in result["config"].items()})
     assert today_command(result["provenance"]["command"]).startswith(
         "python -m lncourse.selectability.lm")
-    tok, train_ids, test_ids = tokenized(cfg)
+    tok, train_ids, test_ids = _tokenized(cfg)
     assert tok.vocab_size == result["tokenizer"]["vocab_size"]
     assert getattr(tok, "fingerprint", None) == result["tokenizer"]["fingerprint"]
     contexts = held_out_contexts(test_ids, cfg)
@@ -205,7 +213,7 @@ def test_stored_final_loss_and_largest_n_cells_recompute(path):
     result = load_result(path)
     cfg = KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
                           for k, v in result["config"].items()})
-    _, _, test_ids = tokenized(cfg)
+    _, _, test_ids = _tokenized(cfg)
     contexts = torch.tensor(result["contexts"])
     for lab in VARIANTS:
         trained = load_model(result, lab)
