@@ -31,7 +31,8 @@ from lncourse.nope.probe import _stream_seed, middle_baseline
 from lncourse.nope.stream import Probes, errors
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 
-__all__ = ["AblationConfig", "ROWS", "ablate_seed", "table", "PRESETS", "main"]
+__all__ = ["AblationConfig", "ROWS", "ablate_seed", "features", "fit_row", "table", "PRESETS",
+           "main"]
 
 # row -> (probe form, read, positions per sequence (None: all), share of sequences)
 ROWS = {
@@ -77,10 +78,10 @@ def _inputs(form: str, h: torch.Tensor) -> torch.Tensor:
     return h.var(-1, keepdim=True).log() if form == "variance" else h
 
 
-def _train_row(cfg: AblationConfig, seed: int, row: str, train: dict, held: dict
-               ) -> dict[str, np.ndarray]:
-    """Train one row's probes (one per depth); held-out predictions (D, n) of each held-out
-    set the row reads (the base row also reads bfloat16 features: ``base_bfloat16``)."""
+def fit_row(cfg: AblationConfig, seed: int, row: str, train: dict):
+    """Train one row's probes (one per depth) on the training features: (probes, mu, sd),
+    the trained :class:`~lncourse.nope.stream.Probes` and the per-depth standardisation
+    of their inputs (a probe reads ``(inputs - mu) / sd``)."""
     form, read, per_seq, share = ROWS[row]
     T = cfg.seq_len
     h, pos = _inputs(form, train[read]), train["pos"]
@@ -107,6 +108,16 @@ def _train_row(cfg: AblationConfig, seed: int, row: str, train: dict, held: dict
         opt.zero_grad(set_to_none=True)
         loss.sum().backward()
         opt.step()
+    return probes, mu, sd
+
+
+def _train_row(cfg: AblationConfig, seed: int, row: str, train: dict, held: dict
+               ) -> dict[str, np.ndarray]:
+    """Train one row's probes (one per depth); held-out predictions (D, n) of each held-out
+    set the row reads (the base row also reads bfloat16 features: ``base_bfloat16``)."""
+    form, read = ROWS[row][:2]
+    T = cfg.seq_len
+    probes, mu, sd = fit_row(cfg, seed, row, train)
     out = {}
     for name, key in ((row, read),) + ((("base_bfloat16", "ln_final_bf16"),) if row == "base" else ()):
         with torch.no_grad():
@@ -116,11 +127,9 @@ def _train_row(cfg: AblationConfig, seed: int, row: str, train: dict, held: dict
     return out
 
 
-def ablate_seed(cfg: AblationConfig, seed: int) -> dict:
-    """Every row for the causal model of ``seed``: held-out predictions per row (D, n) and
-    the errors per row and depth; the precision row evaluates the base probe's inputs in
-    bfloat16 instead (held-out features only)."""
-    t0 = time.perf_counter()
+def features(cfg: AblationConfig, seed: int, bfloat16: bool = True) -> tuple[dict, dict]:
+    """The training and held-out features of the causal model of ``seed``: {"resid",
+    "ln_final", "pos"} each (and "ln_final_bf16" held out, if ``bfloat16``)."""
     model = random_nope_model(cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.seq_len, cfg.sigma,
                               True, seed)
     tr, ev = range(cfg.train_seqs), range(cfg.train_seqs, cfg.train_seqs + cfg.eval_seqs)
@@ -129,8 +138,18 @@ def ablate_seed(cfg: AblationConfig, seed: int) -> dict:
         part["resid"], part["pos"] = all_features(model, seed, idx, cfg.sigma, cfg.depths, "resid")
         with torch.inference_mode():
             part["ln_final"] = model.ln_final(part["resid"])
-    held["ln_final_bf16"], _ = all_features(model, seed, ev, cfg.sigma, cfg.depths,
-                                            dtype=torch.bfloat16)
+    if bfloat16:
+        held["ln_final_bf16"], _ = all_features(model, seed, ev, cfg.sigma, cfg.depths,
+                                                dtype=torch.bfloat16)
+    return train, held
+
+
+def ablate_seed(cfg: AblationConfig, seed: int) -> dict:
+    """Every row for the causal model of ``seed``: held-out predictions per row (D, n) and
+    the errors per row and depth; the precision row evaluates the base probe's inputs in
+    bfloat16 instead (held-out features only)."""
+    t0 = time.perf_counter()
+    train, held = features(cfg, seed)
     preds = {k: v for row in ROWS for k, v in _train_row(cfg, seed, row, train, held).items()}
     return {"seed": seed, "predictions": preds,
             "mae": {row: errors(p, cfg.seq_len) for row, p in preds.items()},
