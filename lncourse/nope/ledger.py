@@ -2,7 +2,8 @@
 
 :func:`reported` recomputes, from ``nope/probe_paper.json`` (the position probe at the
 paper's size), ``nope/ablation_cpu.json`` (what each choice of the probe does) and
-``nope/features_benchmark.json`` (labelled positions per CPU-hour) and
+``nope/features_benchmark.json`` (labelled positions per CPU-hour),
+``nope/decode_cpu.json`` (the ablation's classifier read by argmax, median and mean) and
 ``nope/trained_lm.json`` (the trained NoPE language model), each number the
 chapter prints, plots or glues from them: the line that says what ran
 (:func:`lncourse.results.describe`); per model of the probe run its error at every depth
@@ -11,7 +12,9 @@ the slope and the mean over depths 1 ... K with their intervals, and the text an
 verdict of each claim on Figure 2; per seed and row of the ablation its errors, the
 table's cells (mean and interval over seeds), the claims, the glued deepest means, the
 baselines; the chapter's own sentences on them (:func:`verdict.page_claims`); the
-benchmark's speed-ups and bfloat16's feature error per depth; the trained model's loss
+benchmark's speed-ups and bfloat16's feature error per depth; per seed and reading of
+the classifier its errors, the table's cells and the sentences on them
+(:func:`verdict.decode_claims`); the trained model's loss
 curve, its per-layer slopes and uniformities before and after training (recomputed from
 its stored curves) and the sentences on them (:func:`verdict.trained_claims`). The ledger
 ``results/nope/reported.json`` holds them, written by::
@@ -38,13 +41,14 @@ from lncourse.summary import paired_interval
 __all__ = ["SOURCES", "load_runs", "reported", "main"]
 
 SOURCES = {"probe": "nope/probe_paper", "ablation": "nope/ablation_cpu",
-           "features": "nope/features_benchmark", "trained": "nope/trained_lm"}
+           "features": "nope/features_benchmark", "decode": "nope/decode_cpu",
+           "trained": "nope/trained_lm"}
 LEDGER = "nope/reported"
 
 
 def load_runs() -> dict:
-    """The stored files chapter 4 reads: {"probe", "ablation", "features", "trained"} ->
-    result."""
+    """The stored files chapter 4 reads: {"probe", "ablation", "features", "decode",
+    "trained"} -> result."""
     return {key: load_result(name) for key, name in SOURCES.items()}
 
 
@@ -99,11 +103,24 @@ def _trained(stored: dict) -> dict:
             "claims": {c.key: c for c in verdict.trained_claims(stored)}}
 
 
-def reported(probe: dict, ablation: dict, features: dict, trained: dict) -> dict:
+def _decode(decode: dict) -> dict:
+    """The classifier read three ways: what ran, per seed the errors, the table and the
+    chapter's sentences on it."""
+    return {"describe": describe(decode), "readings": decode["readings"],
+            "config": {k: decode["config"][k] for k in ("depths", "seeds", "seq_len")},
+            "baseline": decode["baseline"],
+            "per_seed": {str(r["seed"]): r["mae"] for r in decode["runs"]},
+            "table": verdict.decode_table(decode),
+            "claims": {c.key: c for c in verdict.decode_claims(decode)}}
+
+
+def reported(probe: dict, ablation: dict, features: dict, decode: dict,
+             trained: dict) -> dict:
     """Every number chapter 4 reports from these stored files (see the module's
     docstring)."""
     return {"probe_paper": _probe(probe), "ablation_cpu": _ablation(ablation),
             "page_claims": _page(probe, ablation), "trained_lm": _trained(trained),
+            "decode_cpu": _decode(decode),
             "features_benchmark": {
                 "describe": describe(features),
                 "speedup_per_cpu_hour": features["speedup_per_cpu_hour"],

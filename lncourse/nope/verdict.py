@@ -18,7 +18,8 @@ from lncourse.claims import Claim
 from lncourse.summary import paired_interval
 
 __all__ = ["summary", "depth_slope", "claims", "ablation_claims", "below_baseline_claims",
-           "uniform_guess", "page_claims", "trained_claims", "HYPOTHESES"]
+           "uniform_guess", "page_claims", "trained_claims", "decode_table", "decode_claims",
+           "HYPOTHESES"]
 
 
 def depth_slope(mae) -> float:
@@ -183,6 +184,56 @@ def page_claims(stored: dict, ablation: dict) -> list[Claim]:
         Claim("none_below_baseline", "No probe of the ablation is significantly below "
               f"guessing the middle at depth {depths[-1]} (below: {below or 'none'}).",
               not below),
+    ]
+
+
+def decode_table(decode: dict) -> dict[str, list[tuple[float, float, float]]]:
+    """Per reading of the classifier (argmax, median, mean; ``nope/decode_cpu.json``), per
+    depth: the mean error over seeds and its 95% t interval."""
+    runs = decode["runs"]
+    return {k: [paired_interval(np.array([r["mae"][k][i] for r in runs]))
+                for i in range(len(decode["config"]["depths"]))] for k in decode["readings"]}
+
+
+def decode_claims(decode: dict) -> list[Claim]:
+    """The sentences chapter 4 states about the classifier read three ways: at depth 0 the
+    argmax errs like a uniform random guess and the median like guessing the middle; the
+    median's error is below the argmax's at every depth (paired over seeds); the median's
+    interval contains guessing the middle at every depth, and the mean's is not below it
+    at the deepest probe; and there the mean is below the
+    median, which a calibrated posterior would not allow (the median minimises the
+    expected absolute error under the posterior)."""
+    runs, depths = decode["runs"], decode["config"]["depths"]
+    base, uni = decode["baseline"], uniform_guess(decode["config"]["seq_len"])
+    t = decode_table(decode)
+
+    def diff(a, b, i):
+        return paired_interval(np.array([r["mae"][a][i] - r["mae"][b][i] for r in runs]))
+
+    a0, m0 = t["argmax"][0], t["median"][0]
+    d = [diff("median", "argmax", i) for i in range(len(depths))]
+    deep = {k: t[k][-1] for k in ("median", "mean")}
+    mm = diff("mean", "median", -1)
+    return [
+        Claim("decode_depth0", f"After {depths[0]} layers, where nothing of the position "
+              f"can be read, the argmax errs by {_ci(a0)}, like a uniform random guess "
+              f"({uni:.1f}); the median of the same posterior by {_ci(m0)}, like guessing "
+              f"the middle ({base:.0f}).",
+              bool(a0[1] <= uni <= a0[2] and abs(m0[0] - base) < abs(m0[0] - uni))),
+        Claim("decode_median_lower", "At every depth the median's error is below the "
+              f"argmax's (paired difference, {len(runs)} seeds: " + "; ".join(
+                  f"depth {k}: {_ci(e, '{:+.1f}')}" for k, e in zip(depths, d)) + ").",
+              all(e[2] < 0 for e in d)),
+        Claim("decode_none_below", "Read by its median, the classifier cannot be told "
+              f"from guessing the middle ({base:.0f}) at any depth: every interval contains "
+              "it (" + "; ".join(f"depth {k}: {_ci(e)}" for k, e in zip(depths, t["median"]))
+              + f"). Read by its mean, at depth {depths[-1]} it errs by "
+              f"{_ci(deep['mean'])}, not below the middle either.",
+              all(e[1] <= base <= e[2] for e in t["median"]) and deep["mean"][2] >= base),
+        Claim("decode_overconfident", f"At depth {depths[-1]} the mean's error is below "
+              f"the median's ({_ci(mm, '{:+.1f}')}), which cannot happen on average for a "
+              "calibrated posterior: the probe's probabilities are not calibrated.",
+              bool(mm[2] < 0)),
     ]
 
 

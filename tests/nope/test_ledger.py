@@ -50,13 +50,15 @@ def _edit(runs, what):
         runs["trained"]["before"]["uniformity"][2][3] -= 0.01
     elif what == "the final test loss":
         runs["trained"]["history"]["test_loss"][-1] += 0.01
+    elif what == "a decoded error":                 # seed 2's median at depth 6
+        runs["decode"]["runs"][2]["mae"]["median"][1] -= 0.5
     return runs
 
 
 @pytest.mark.parametrize("what", ["deepest probe error", "bidirectional depth 6",
                                   "ablation cell", "ablation baseline", "speed-up",
                                   "bfloat16 error", "a trained curve", "a uniformity",
-                                  "the final test loss"])
+                                  "the final test loss", "a decoded error"])
 def test_an_edited_stored_number_fails_the_ledger(runs, what):
     assert C.compare(L.reported(**_edit(runs, what)), C.load_ledger(LEDGER)), what
 
@@ -64,7 +66,7 @@ def test_an_edited_stored_number_fails_the_ledger(runs, what):
 def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
     from lncourse.nope import verdict
     got = verdict.page_claims(runs["probe"], runs["ablation"]) \
-        + verdict.trained_claims(runs["trained"])
+        + verdict.trained_claims(runs["trained"]) + verdict.decode_claims(runs["decode"])
     assert not C.check_claims(got), [c.text for c in got if not c.holds]
 
 
@@ -89,3 +91,25 @@ def test_each_sentence_fails_on_contrary_numbers(runs):
     got = holds(r)
     assert got["classifier_not_below"] is False and got["form_resolved"] is False
     assert got["none_below_baseline"] is False
+
+
+def test_each_decoding_sentence_fails_on_contrary_numbers(runs):
+    from lncourse.nope import verdict
+
+    def holds(r):
+        return {c.key: c.holds for c in verdict.decode_claims(r["decode"])}
+
+    assert all(holds(runs).values())
+    r = copy.deepcopy(runs)
+    for i, m in enumerate(r["decode"]["runs"]):
+        m["mae"]["argmax"][0] = 128.0 + i               # the argmax reads like the middle
+    got = holds(r)
+    assert got["decode_depth0"] is False and got["decode_median_lower"] is False
+    r = copy.deepcopy(runs)
+    for i, m in enumerate(r["decode"]["runs"]):
+        m["mae"]["median"][-1] = 90.0 + i               # the median learned the position
+    assert holds(r)["decode_none_below"] is False
+    r = copy.deepcopy(runs)
+    for i, m in enumerate(r["decode"]["runs"]):
+        m["mae"]["mean"][-1] = m["mae"]["median"][-1] + 1 + i
+    assert holds(r)["decode_overconfident"] is False
