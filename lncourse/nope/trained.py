@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from pathlib import Path
 
 import numpy as np
 import torch
-from scipy import stats
 
 from lncourse.lm import train_lm
 from lncourse.nope.lm import NoPELMConfig
@@ -40,6 +38,7 @@ from lncourse.nope.variance import _Moments
 from lncourse.results import (RESULTS_DIR, command_line, run_arguments, run_started,
                               store_run)
 from lncourse.rng import generator, seeded
+from lncourse.summary import paired_interval
 from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_ids
 from lncourse.transformer import GPT, TransformerConfig
 
@@ -134,9 +133,9 @@ def slopes(curves) -> np.ndarray:
 
 
 def _mean_ci(x) -> tuple[float, list[float]]:
-    x = np.asarray(x, dtype=np.float64)
-    half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
-    return float(x.mean()), [float(x.mean() - half), float(x.mean() + half)]
+    """The mean over groups and its 95% t interval (:func:`lncourse.summary.paired_interval`)."""
+    mean, low, high = paired_interval(np.asarray(x, dtype=np.float64))
+    return mean, [low, high]
 
 
 def summary(measured: dict) -> list[dict]:

@@ -154,20 +154,47 @@ def _tokenized(cfg: KeysLMConfig):
     return tokenized(cfg)
 
 
+def _config(result: dict) -> KeysLMConfig:
+    return KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
+                           for k, v in result["config"].items()})
+
+
 @pytest.mark.parametrize("path", STORED, ids=[p.stem for p in STORED])
 def test_stored_result_matches_the_code(path):
-    """Recompute a prefix of the stored run: its data, its first training steps (no
-    scaling model), and two sweep cells of each model from the stored weights."""
+    """Recompute the stored run's data (tokenizer, held-out contexts) and two sweep cells
+    of each model from the stored weights."""
     result = load_result(path)
-    cfg = KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
-                          for k, v in result["config"].items()})
+    cfg = _config(result)
     assert today_command(result["provenance"]["command"]).startswith(
         "python -m lncourse.selectability.lm")
-    tok, train_ids, test_ids = _tokenized(cfg)
+    tok, _, test_ids = _tokenized(cfg)
     assert tok.vocab_size == result["tokenizer"]["vocab_size"]
     assert getattr(tok, "fingerprint", None) == result["tokenizer"]["fingerprint"]
     contexts = held_out_contexts(test_ids, cfg)
     assert contexts.tolist() == result["contexts"]
+    for lab in VARIANTS:
+        trained = load_model(result, lab)
+        vec = layer_vectors(trained, contexts[:1])
+        for key, q in (("resid_pre", "before"), ("ln1", "after")):
+            got = prefix_fractions(vec[key][0], cfg.sweep[:2])[0]
+            want = [result["models"][lab]["sweep"][q][0][0][j] for j in range(2)]
+            np.testing.assert_array_equal(got, want)
+
+
+# lm_paper_bpe's model and trainer are lm_paper's and its tokens lm_quick_bpe's, and both
+# of those replay in the fast suite; its own replay (about 15 s of a 4,096-token output
+# layer at n = 1,024) is slow-marked.
+REPLAYS = [pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.stem == "lm_paper_bpe"
+                        else []) for p in STORED]
+
+
+@pytest.mark.parametrize("path", REPLAYS)
+def test_stored_first_steps_replay(path):
+    """Recompute a prefix of the stored training: the initial test loss and the first
+    training steps of the model without scaling."""
+    result = load_result(path)
+    cfg = _config(result)
+    tok, train_ids, test_ids = _tokenized(cfg)
     label = report.NO_SCALING
     history = result["models"][label]["history"]
     model = build_model(cfg, tok.vocab_size, VARIANTS[label])
@@ -180,13 +207,6 @@ def test_stored_result_matches_the_code(path):
                       eval_batches=1, seed=cfg.seed, progress=False)
     assert TRACE_STEPS >= steps
     np.testing.assert_allclose(prefix["trace"], history["trace"][:steps], rtol=1e-4)
-    for lab in VARIANTS:
-        trained = load_model(result, lab)
-        vec = layer_vectors(trained, contexts[:1])
-        for key, q in (("resid_pre", "before"), ("ln1", "after")):
-            got = prefix_fractions(vec[key][0], cfg.sweep[:2])[0]
-            want = [result["models"][lab]["sweep"][q][0][0][j] for j in range(2)]
-            np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("path", STORED, ids=[p.stem for p in STORED])
@@ -211,8 +231,7 @@ def test_stored_final_loss_and_largest_n_cells_recompute(path):
     at the largest n (the n the chapter's Tables 1 and 2 report) of the first context,
     for every layer, before and after the LayerNorm. Editing any of them fails here."""
     result = load_result(path)
-    cfg = KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
-                          for k, v in result["config"].items()})
+    cfg = _config(result)
     _, _, test_ids = _tokenized(cfg)
     contexts = torch.tensor(result["contexts"])
     for lab in VARIANTS:
