@@ -49,8 +49,9 @@ class TransformerConfig:
     causal: bool = True            # False: bidirectional (BERT-style) attention
     norm: str = "layernorm"        # every norm in the model, see NORMS
     norm_attn: str | None = None   # override for the norm in front of attention only
-    placement: str = "pre"         # "pre": x + f(LN(x)); "post": LN(x + f(x))
-    final_norm: bool = True        # a norm before the unembedding (pre-LN only)
+    placement: str = "pre"         # "pre": x + f(LN(x)); "post": LN(x + f(x));
+                                   # "peri": x + LN_out(f(LN(x))) (Peri-LN, chapter 5)
+    final_norm: bool = True        # a norm before the unembedding (Pre- and Peri-LN only)
     init_std: float = 0.02         # every weight ~ N(0, init_std^2), biases 0 (GPT-2 style)
     mlp_ratio: int = 4
     bias: bool = True
@@ -67,8 +68,9 @@ class TransformerConfig:
                                  "(LayerNorm without projection is RMSNorm)")
             if name not in NORMS:
                 raise ValueError(f"unknown norm {name!r}; choose from {sorted(NORMS)}")
-        if self.placement not in ("pre", "post"):
-            raise ValueError(f"placement must be 'pre' or 'post', got {self.placement!r}")
+        if self.placement not in ("pre", "post", "peri"):
+            raise ValueError("placement must be 'pre', 'post' or 'peri', got "
+                             f"{self.placement!r}")
         if self.init_std <= 0:
             raise ValueError(f"init_std must be positive, got {self.init_std}")
 
@@ -149,6 +151,10 @@ class Block(nn.Module):
 
     Pre-LN:  resid_mid = x + attn(ln1(x));          out = resid_mid + mlp(ln2(resid_mid))
     Post-LN: resid_mid = x + attn(x);  h = ln1(resid_mid);  out = ln2(h + mlp(h))
+    Peri-LN: resid_mid = x + ln1_out(attn(ln1(x)));
+             out = resid_mid + ln2_out(mlp(ln2(resid_mid)))
+    (Peri-LN, Kim et al. 2025: Pre-LN plus a norm on each sublayer's output, so what a
+    sublayer adds to the stream has a norm bounded by its output norm's γ and β.)
 
     ``forward(x, cache, prefix)``: x (B, T, d) -> (B, T, d). With a ``cache`` dict it
     stores, under ``prefix``, the attention's intermediates (see :class:`Attention`) and
@@ -157,10 +163,10 @@ class Block(nn.Module):
     ``resid_pre``  the block's input x
     ``ln1``        the output of the first norm (Pre-LN: of x; Post-LN: of resid_mid)
     ``attn_in``    what the attention reads (Pre-LN: ``ln1``; Post-LN: x)
-    ``attn_out``   the attention's output
+    ``attn_out``   the attention's output (Peri-LN: after its output norm, what is added)
     ``resid_mid``  x + attn_out, the residual stream after attention, before any norm
     ``mlp_in``     what the MLP reads (Pre-LN: ``ln2``; Post-LN: ``ln1``)
-    ``mlp_out``    the MLP's output
+    ``mlp_out``    the MLP's output (Peri-LN: after its output norm, what is added)
     ``ln2``        the output of the second norm (Post-LN: the block's output)
     ``resid_post`` the block's output
     """
@@ -174,14 +180,23 @@ class Block(nn.Module):
         self.ln2 = make_norm(cfg.norm, d, cfg.dyt_alpha)
         self.mlp = nn.Sequential(nn.Linear(d, cfg.mlp_ratio * d, bias=cfg.bias), nn.GELU(),
                                  nn.Linear(cfg.mlp_ratio * d, d, bias=cfg.bias))
+        if cfg.placement == "peri":     # the output norms draw no random numbers: a Peri-LN
+            # model shares every other weight with the Pre-LN model of the same seed
+            self.ln1_out = make_norm(cfg.norm_attn or cfg.norm, d, cfg.dyt_alpha)
+            self.ln2_out = make_norm(cfg.norm, d, cfg.dyt_alpha)
 
     def forward(self, x: Tensor, cache: dict | None = None, prefix: str = "") -> Tensor:
-        if self.placement == "pre":
+        if self.placement in ("pre", "peri"):
+            peri = self.placement == "peri"
             ln1 = attn_in = self.ln1(x)
             attn_out = self.attn(attn_in, cache, prefix)
+            if peri:
+                attn_out = self.ln1_out(attn_out)
             resid_mid = x + attn_out
             ln2 = mlp_in = self.ln2(resid_mid)
             mlp_out = self.mlp(mlp_in)
+            if peri:
+                mlp_out = self.ln2_out(mlp_out)
             out = resid_mid + mlp_out
         else:  # post-LN: the attention reads the previous block's (normalised) output
             attn_in = x
@@ -207,7 +222,7 @@ class GPT(nn.Module):
         self.W_E = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.W_pos = nn.Embedding(cfg.block_size, cfg.d_model) if cfg.pos_emb else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        use_final = cfg.final_norm and cfg.placement == "pre"
+        use_final = cfg.final_norm and cfg.placement in ("pre", "peri")
         self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.dyt_alpha) if use_final \
             else nn.Identity()
         self.W_U = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

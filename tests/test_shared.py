@@ -115,7 +115,7 @@ def test_gpt_cache_and_placements():
 
 
 def _independent_block(block, x, placement, causal=True):
-    """A pre- or post-LN block written with torch's own LayerNorm and attention."""
+    """A pre-, peri- or post-LN block written with torch's own LayerNorm and attention."""
     def ln(module, h):
         return F.layer_norm(h, h.shape[-1:], module.weight, module.bias, module.eps)
 
@@ -128,12 +128,15 @@ def _independent_block(block, x, placement, causal=True):
     if placement == "pre":
         mid = x + attn(ln(block.ln1, x))
         return mid, mid + block.mlp(ln(block.ln2, mid))
+    if placement == "peri":
+        mid = x + ln(block.ln1_out, attn(ln(block.ln1, x)))
+        return mid, mid + ln(block.ln2_out, block.mlp(ln(block.ln2, mid)))
     mid = x + attn(x)
     h = ln(block.ln1, mid)
     return mid, ln(block.ln2, h + block.mlp(h))
 
 
-@pytest.mark.parametrize("placement", ["pre", "post"])
+@pytest.mark.parametrize("placement", ["pre", "post", "peri"])
 def test_block_against_an_independent_implementation(placement):
     cfg = TransformerConfig(vocab_size=20, d_model=16, n_heads=4, n_layers=2, block_size=12,
                             placement=placement, init_std=0.3)
@@ -151,12 +154,30 @@ def test_block_against_an_independent_implementation(placement):
             # the keys mean the same in both placements
             torch.testing.assert_close(c[f"blocks.{i}.resid_mid"],
                                        c[f"blocks.{i}.resid_pre"] + c[f"blocks.{i}.attn_out"])
-            ln1_reads = c[f"blocks.{i}.resid_pre" if placement == "pre" else f"blocks.{i}.resid_mid"]
+            post = placement == "post"
+            ln1_reads = c[f"blocks.{i}.resid_mid" if post else f"blocks.{i}.resid_pre"]
             torch.testing.assert_close(c[f"blocks.{i}.ln1"], block.ln1(ln1_reads))
-            attn_reads = c[f"blocks.{i}.ln1"] if placement == "pre" else x
+            attn_reads = x if post else c[f"blocks.{i}.ln1"]
             torch.testing.assert_close(c[f"blocks.{i}.attn_in"], attn_reads)
             x = out
+    if placement == "peri":    # what each sublayer adds lies on its output norm's ellipsoid
+        for i, block in enumerate(model.blocks):
+            for key, norm in (("attn_out", block.ln1_out), ("mlp_out", block.ln2_out)):
+                added = (c[f"blocks.{i}.{key}"] - norm.bias) / norm.weight
+                torch.testing.assert_close(added.norm(dim=-1),
+                                           torch.full(added.shape[:-1], 4.0), rtol=1e-3, atol=0)
 
+
+def test_peri_ln_shares_every_weight_of_the_pre_ln_model_of_its_seed():
+    models = {}
+    for placement in ("pre", "peri"):
+        torch.manual_seed(3)
+        models[placement] = GPT(TransformerConfig(vocab_size=20, d_model=16, n_heads=4,
+                                                  n_layers=2, placement=placement))
+    pre, peri = (dict(m.named_parameters()) for m in models.values())
+    assert set(pre) < set(peri) and all(torch.equal(pre[k], peri[k]) for k in pre)
+    assert {k.split(".")[-2] for k in set(peri) - set(pre)} == {"ln1_out", "ln2_out"}
+    assert hasattr(models["peri"], "ln_final") and models["peri"].ln_final is not None
 
 def _independent_norm(name, x, eps=1e-5):
     if name == "layernorm":

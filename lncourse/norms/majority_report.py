@@ -17,8 +17,8 @@ import torch
 from lncourse.majority.stats import steps_to_threshold
 from lncourse.summary import paired_interval
 
-__all__ = ["SELECTION_RULE", "per_seed_steps", "select_lr", "summary", "verdict", "table",
-           "reported", "main"]
+__all__ = ["SELECTION_RULE", "RUNS", "LEDGERS", "per_seed_steps", "select_lr", "summary",
+           "verdict", "table", "reported", "main"]
 
 SELECTION_RULE = (
     "For each arm, the learning rate with the smallest mean over the 10 seeds of steps to "
@@ -170,26 +170,39 @@ def table(summary_: dict) -> list[tuple[str, ...]]:
     return rows
 
 
-SOURCE = "norms/majority_reduced"
-LEDGER = "norms/majority_reported"
+# The stored runs chapter 5 reports, and the ledger of each: the reduced run (batch 500,
+# 300 steps) and the paper's batch (6,000) for the first 600 of its steps.
+RUNS = {"reduced": "norms/majority_reduced", "paper_batch": "norms/majority_paper_batch"}
+LEDGERS = {"reduced": "norms/majority_reported",
+           "paper_batch": "norms/majority_paper_batch_reported"}
+SOURCE, LEDGER = RUNS["reduced"], LEDGERS["reduced"]
 
 
-def reported(stored: dict, data: dict | None = None) -> dict:
-    """Every number chapter 5 reports from the stored run: what ran and :func:`summary`."""
-    from lncourse.norms.verdict import arms_claims
+def reported(stored: dict, data: dict | None = None, run: str = "reduced") -> dict:
+    """Every number chapter 5 reports from the stored run ``run`` (a key of :data:`RUNS`):
+    what ran, :func:`summary` and the run's claims."""
+    from lncourse.norms import verdict
     from lncourse.results import describe
+    if run not in RUNS:
+        raise ValueError(f"run must be one of {sorted(RUNS)}, got {run!r}")
     out = summary(stored, data)
-    return {"describe": describe(stored), **out, "claims": arms_claims(out)}
+    claims = verdict.arms_claims(out) if run == "reduced" else verdict.arms_batch_claims(out)
+    return {"describe": describe(stored), **out, "claims": claims}
 
 
 def main(argv: list[str] | None = None):
-    """``python -m lncourse.norms.majority_report``: write the ledger of the majority arms."""
+    """``python -m lncourse.norms.majority_report``: write the ledger of each stored run of
+    the majority arms."""
     from lncourse.claims import ledger_main
     from lncourse.results import RESULTS_DIR, load_result
-    return ledger_main("lncourse.norms.majority_report", "Write the ledger of chapter 5's "
-                       "majority arms.", RESULTS_DIR / f"{LEDGER}.json",
-                       lambda: (reported(load_result(SOURCE)), {"stored": f"{SOURCE}.json"}),
-                       argv)
+    written = []
+    for run, source in RUNS.items():
+        written.append(ledger_main(
+            "lncourse.norms.majority_report", "Write the ledgers of chapter 5's majority arms.",
+            RESULTS_DIR / f"{LEDGERS[run]}.json",
+            lambda run=run, source=source: (reported(load_result(source), run=run),
+                                            {"stored": f"{source}.json"}), argv))
+    return written
 
 
 if __name__ == "__main__":

@@ -192,26 +192,31 @@ def test_the_selection_rule_penalises_never_reached_breaks_ties_low_and_avoids_d
     assert math.isnan(steps[0]) and steps[1] == 200
 
 
-# ----------------------------------------------------------------- the stored run
-LEDGER = RESULTS_DIR / f"{R.LEDGER}.json"
-
-
-@pytest.fixture(scope="module")
-def stored():
-    return load_result(R.SOURCE)
-
-
-@pytest.fixture(scope="module")
-def data(stored):
+# ----------------------------------------------------------------- the stored runs
+@pytest.fixture(scope="module", params=sorted(R.RUNS))
+def run(request):
+    """(name, stored history, its test set) of each stored run of the arms."""
     from lncourse.norms.majority_run import test_data
-    return test_data(ArmsConfig.from_dict(stored["config"]))
+    stored = load_result(R.RUNS[request.param])
+    return request.param, stored, test_data(ArmsConfig.from_dict(stored["config"]))
 
 
-def test_every_reported_number_matches_the_ledger(stored, data):
-    differences = C.compare(R.reported(stored, data), C.load_ledger(LEDGER))
-    assert not differences, ("the majority arms' numbers differ from their ledger (rewrite "
-                             "it if a new run is meant: python -m "
+def _ledger(name):
+    return C.load_ledger(RESULTS_DIR / f"{R.LEDGERS[name]}.json")
+
+
+def test_every_reported_number_matches_the_ledger(run):
+    name, stored, data = run
+    differences = C.compare(R.reported(stored, data, run=name), _ledger(name))
+    assert not differences, (f"the majority arms' numbers ({name}) differ from their ledger "
+                             "(rewrite it if a new run is meant: python -m "
                              "lncourse.norms.majority_report):\n  " + "\n  ".join(differences[:20]))
+
+
+def test_each_runs_claims_hold(run):
+    name, stored, data = run
+    claims = _ledger(name)["claims"]
+    assert claims and all(claims.values()), [k for k, v in claims.items() if not v]
 
 
 def _edit(stored, what):
@@ -233,8 +238,14 @@ def _edit(stored, what):
 
 
 @pytest.mark.parametrize("what", ["an accuracy", "a final weight", "a divergence", "the steps"])
-def test_an_edited_stored_number_fails_the_ledger(stored, data, what):
-    assert C.compare(R.reported(_edit(stored, what), data), C.load_ledger(LEDGER)), what
+def test_an_edited_stored_number_fails_the_ledger(run, what):
+    name, stored, data = run
+    assert C.compare(R.reported(_edit(stored, what), data, run=name), _ledger(name)), what
+
+
+def test_reported_refuses_an_unknown_run():
+    with pytest.raises(ValueError, match="run must be one of"):
+        R.reported({}, run="papre")
 
 
 def test_command_line_stores_a_run_and_exports_a_partial_one(tmp_path, monkeypatch):
