@@ -11,7 +11,10 @@ attention logits.
 This run trains the Peri-LN models of :mod:`lncourse.norms.logits`'s grid: the same
 configuration, learning rates, seeds, batches and initial weights (the output norms draw
 no random numbers), so each Peri-LN model is paired with the stored Pre-LN and QK-norm
-models of its seed and lr. Measured per model, as there (the weights rounded to bfloat16
+models of its seed and lr. Two variants (:data:`VARIANTS`) differ only in the output
+norms' γ at initialisation: 1, as a LayerNorm starts, and 0.02, the scale of the other
+weights (``init_std``), so that at initialisation a sublayer adds a vector as long as a
+token's embedding rather than √d: the control that measures what the first costs. Measured per model, as there (the weights rounded to bfloat16
 before the final measurements): the training loss and largest attention logit every
 ``eval_every`` steps, the test loss and the largest logits; and here also the residual
 stream on the held-out windows (:func:`stream`): its mean norm / √d at every depth, and
@@ -41,19 +44,29 @@ from lncourse.rng import seeded
 from lncourse.summary import paired_interval
 from lncourse.transformer import GPT, TransformerConfig
 
-__all__ = ["VARIANT", "build", "stream", "increment_bound", "run", "load_model", "summary",
-           "pre_ln_streams", "main"]
+__all__ = ["VARIANTS", "MODEL", "build", "stream", "increment_bound", "run", "load_model",
+           "summary", "pre_ln_streams", "initial_streams", "main"]
 
-VARIANT = {"norm": "layernorm", "placement": "peri"}
+MODEL = {"norm": "layernorm", "placement": "peri"}
+# variant -> the output norms' γ at initialisation (their β starts at 0)
+VARIANTS = {"Peri-LN": 1.0, "Peri-LN-0.02": 0.02}
 
 
-def build(cfg: L.LogitsConfig, vocab_size: int, seed: int) -> GPT:
+def build(cfg: L.LogitsConfig, vocab_size: int, seed: int, variant: str = "Peri-LN") -> GPT:
     """A fresh Peri-LN model: every weight equal to the Pre-LN model of ``seed`` in
-    :func:`lncourse.norms.logits.build`, plus output norms at γ = 1, β = 0."""
+    :func:`lncourse.norms.logits.build`, plus output norms at γ = ``VARIANTS[variant]``,
+    β = 0."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
     with seeded(seed):
-        return GPT(TransformerConfig(vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads,
-                                     n_layers=cfg.n_layers, block_size=cfg.block_size,
-                                     **VARIANT))
+        model = GPT(TransformerConfig(vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads,
+                                      n_layers=cfg.n_layers, block_size=cfg.block_size,
+                                      **MODEL))
+    with torch.no_grad():
+        for block in model.blocks:
+            block.ln1_out.weight.fill_(VARIANTS[variant])
+            block.ln2_out.weight.fill_(VARIANTS[variant])
+    return model
 
 
 @torch.no_grad()
@@ -93,9 +106,9 @@ def increment_bound(model: GPT) -> list[float]:
 
 def run(cfg: L.LogitsConfig, show_progress: bool = True, checkpoint: Path | None = None,
         device: str = "cpu") -> tuple[dict, dict]:
-    """Train the Peri-LN model of every (lr, seed) of ``cfg`` as
+    """Train the model of every (variant, lr, seed) of ``cfg`` as
     :func:`lncourse.norms.logits.run` trains its variants; returns the payload (with
-    ``seconds``) and the rounded weights {"Peri-LN/<lr index>/<seed>": state_dict}.
+    ``seconds``) and the rounded weights {"<variant>/<lr index>/<seed>": state_dict}.
     Resumes model by model from ``checkpoint``."""
     tok, train_ids, test_ids = L._data(cfg)
     probe, test_x, test_y = (t.to(device) for t in L._windows(cfg, train_ids, test_ids))
@@ -104,13 +117,13 @@ def run(cfg: L.LogitsConfig, show_progress: bool = True, checkpoint: Path | None
     if state["config"] != dataclasses.asdict(cfg):
         raise ValueError(f"{checkpoint} holds another configuration; delete it to start "
                          "afresh")
-    cells = [(i, s) for i in range(len(cfg.lrs)) for s in cfg.seeds]
-    for i, seed in progress(cells, desc="Peri-LN", disable=not show_progress):
-        key = f"Peri-LN/{i}/{seed}"
+    cells = [(v, i, s) for v in VARIANTS for i in range(len(cfg.lrs)) for s in cfg.seeds]
+    for variant, i, seed in progress(cells, desc="Peri-LN", disable=not show_progress):
+        key = f"{variant}/{i}/{seed}"
         if key in state["records"]:
             continue
         start = time.perf_counter()
-        model = build(cfg, tok.vocab_size, seed).to(device)
+        model = build(cfg, tok.vocab_size, seed, variant).to(device)
         initial = L.test_loss(model, test_x, test_y)
         hist = L.train_one(cfg, model, cfg.lrs[i], seed, train_ids, probe)
         L.round_weights(model)
@@ -125,19 +138,20 @@ def run(cfg: L.LogitsConfig, show_progress: bool = True, checkpoint: Path | None
         state["seconds"] += time.perf_counter() - start
         if checkpoint:
             save_checkpoint(checkpoint, state, kind="norms_periln")
-    models = [state["records"][f"Peri-LN/{i}/{s}"] for i in range(len(cfg.lrs))
-              for s in cfg.seeds]
+    models = {v: [state["records"][f"{v}/{i}/{s}"] for i in range(len(cfg.lrs))
+                  for s in cfg.seeds] for v in VARIANTS}
     payload = {"config": {**dataclasses.asdict(cfg), "vocab_size": tok.vocab_size},
-               "variant": VARIANT, "models": models, "seconds": state["seconds"]}
+               "model": MODEL, "variants": VARIANTS, "models": models,
+               "seconds": state["seconds"]}
     return payload, state["weights"]
 
 
-def load_model(result: dict, weights: dict, lr_index: int, seed: int) -> GPT:
-    """The stored (bfloat16-rounded) Peri-LN model of one cell, as float32."""
+def load_model(result: dict, weights: dict, variant: str, lr_index: int, seed: int) -> GPT:
+    """The stored (bfloat16-rounded) model of one cell, as float32."""
     cfg = L.LogitsConfig.from_dict(result["config"])
-    model = build(cfg, result["config"]["vocab_size"], seed)
+    model = build(cfg, result["config"]["vocab_size"], seed, variant)
     model.load_state_dict({k: v.float() for k, v in
-                           weights[f"Peri-LN/{lr_index}/{seed}"].items()})
+                           weights[f"{variant}/{lr_index}/{seed}"].items()})
     return model.eval()
 
 
@@ -150,57 +164,78 @@ def pre_ln_streams(logits_result: dict, logits_weights: dict) -> list[dict]:
             for r in logits_result["models"]["Pre-LN"]]
 
 
+@torch.no_grad()
+def initial_streams(result: dict) -> dict:
+    """:func:`stream` at initialisation, per variant (Pre-LN and each Peri-LN variant) the
+    mean over the run's seeds of each depth's norm / √d, on its held-out windows: how
+    much of the stream the embedding is before training."""
+    cfg = L.LogitsConfig.from_dict(result["config"])
+    _, test_x, _ = L.windows_of(result)
+    vocab = result["config"]["vocab_size"]
+    out = {}
+    for name in ("Pre-LN", *VARIANTS):
+        norms = [stream(L.build(cfg, vocab, "Pre-LN", s) if name == "Pre-LN"
+                        else build(cfg, vocab, s, name), test_x)["norm"] for s in cfg.seeds]
+        out[name] = np.mean(norms, axis=0).tolist()
+    return out
+
+
 def _cell(records: list[dict], i: int, seed: int) -> dict:
     return next(r for r in records if r["lr_index"] == i and r["seed"] == seed)
 
 
 def summary(peri: dict, logits_result: dict, pre_streams: list[dict]) -> dict:
-    """What chapter 5 reports, Peri-LN against the stored Pre-LN (and QK-norm) models of
-    the same seeds and lrs: per lr the mean test loss of each with 95% t intervals, the
-    paired difference Peri-LN minus Pre-LN, the largest final logits (min and max over
-    seeds), the stream's last-depth norm / √d of both (mean and interval) and the largest
-    increment of each (over seeds); LR sensitivity of Peri-LN and its paired difference from Pre-LN;
-    the largest ratio of a Peri-LN increment to its bound."""
+    """What chapter 5 reports, each Peri-LN variant against the stored Pre-LN (and
+    QK-norm) models of the same seeds and lrs: per lr the mean test loss of each with 95%
+    t intervals, the paired difference of each Peri-LN variant minus Pre-LN, the largest
+    final logits (min and max over seeds), the stream's last-depth norm / √d (mean and
+    interval) and the largest increment (over seeds); each variant's LR sensitivity and
+    its paired difference from Pre-LN; the largest ratio of a Peri-LN increment to its
+    bound."""
     cfg = L.LogitsConfig.from_dict(peri["config"])
     if L.LogitsConfig.from_dict(logits_result["config"]) != cfg:
         raise ValueError("the Peri-LN run and the logit-growth run differ in configuration")
-    pre = logits_result["models"]["Pre-LN"]
-    qk = logits_result["models"]["QK-norm"]
-    mine = peri["models"]
-    streams = {"Pre-LN": dict(zip([(r["lr_index"], r["seed"]) for r in pre], pre_streams)),
-               "Peri-LN": {(r["lr_index"], r["seed"]): r["stream"] for r in mine}}
+    recs = {"Pre-LN": logits_result["models"]["Pre-LN"],
+            "QK-norm": logits_result["models"]["QK-norm"], **peri["models"]}
+    streams = {"Pre-LN": {(r["lr_index"], r["seed"]): x
+                          for r, x in zip(recs["Pre-LN"], pre_streams)},
+               **{v: {(r["lr_index"], r["seed"]): r["stream"] for r in runs}
+                  for v, runs in peri["models"].items()}}
     per_lr = []
     for i, lr in enumerate(cfg.lrs):
         row = {"lr": lr}
-        for name, recs in (("Peri-LN", mine), ("Pre-LN", pre), ("QK-norm", qk)):
-            cells = [_cell(recs, i, s) for s in cfg.seeds]
+        for name, runs in recs.items():
+            cells = [_cell(runs, i, s) for s in cfg.seeds]
             loss = [c["test_loss"] for c in cells]
             row[name] = {"test_loss": None if None in loss else list(mean_interval(loss)),
                          "max_logit": [min(max(c["final_max_logit"]) for c in cells),
                                        max(max(c["final_max_logit"]) for c in cells)]}
-        for name in ("Peri-LN", "Pre-LN"):
-            st = [streams[name][(i, s)] for s in cfg.seeds]
-            row[name]["last_norm"] = list(mean_interval([x["norm"][-1] for x in st]))
-            row[name]["added_max"] = max(max(x["added_max"]) for x in st)
-        pairs = [(_cell(mine, i, s)["test_loss"], _cell(pre, i, s)["test_loss"])
-                 for s in cfg.seeds]           # None where either diverged
-        row["loss_difference"] = None if any(None in p for p in pairs) else \
-            list(paired_interval(np.array([a - b for a, b in pairs])))
+            if name in streams:
+                st = [streams[name][(i, s)] for s in cfg.seeds]
+                row[name]["last_norm"] = list(mean_interval([x["norm"][-1] for x in st]))
+                row[name]["added_max"] = max(max(x["added_max"]) for x in st)
+            if name in peri["models"]:
+                pairs = [(_cell(runs, i, s)["test_loss"],
+                          _cell(recs["Pre-LN"], i, s)["test_loss"]) for s in cfg.seeds]
+                row[name]["minus_pre_ln"] = None if any(None in p for p in pairs) else \
+                    list(paired_interval(np.array([a - b for a, b in pairs])))
         per_lr.append(row)
 
-    def sens(recs):
-        losses = np.array([[_loss_or_inf(_cell(recs, i, s)["test_loss"])
+    def sens(runs):
+        losses = np.array([[_loss_or_inf(_cell(runs, i, s)["test_loss"])
                             for i in range(len(cfg.lrs))] for s in cfg.seeds])
-        initial = np.array([_cell(recs, 0, s)["initial_loss"] for s in cfg.seeds])
+        initial = np.array([_cell(runs, 0, s)["initial_loss"] for s in cfg.seeds])
         return sensitivity(losses, initial)
-    s_peri, s_pre = sens(mine), sens(pre)
-    ratios = [a / b for r in mine for a, b in zip(r["stream"]["added_max"], r["bound"])]
+    s = {name: sens(runs) for name, runs in recs.items()}
+    ratios = [a / b for runs in peri["models"].values() for r in runs
+              for a, b in zip(r["stream"]["added_max"], r["bound"])]
     return {"per_lr": per_lr,
-            "sensitivity": {"Peri-LN": list(mean_interval(s_peri)),
-                            "Pre-LN": list(mean_interval(s_pre))},
-            "sensitivity_difference": list(paired_interval(s_peri - s_pre)),
+            "sensitivity": {name: list(mean_interval(v)) for name, v in s.items()},
+            "sensitivity_minus_pre_ln": {v: list(paired_interval(s[v] - s["Pre-LN"]))
+                                         for v in peri["models"]},
             "bound_ratio_max": max(ratios),
-            "diverged": sum(r["test_loss"] is None for r in mine)}
+            "diverged": sum(r["test_loss"] is None for runs in peri["models"].values()
+                            for r in runs)}
 
 
 def main(argv: list[str] | None = None) -> Path:
