@@ -9,7 +9,8 @@ import numpy as np
 
 from lncourse.norms.hidden import chance_abs_cos
 
-__all__ = ["claims", "heads_claims", "arms_claims", "vlens_claims", "logits_claims"]
+__all__ = ["claims", "heads_claims", "arms_claims", "arms_batch_claims", "vlens_claims",
+           "logits_claims", "periln_claims"]
 
 
 def claims(stored: dict) -> dict[str, bool]:
@@ -180,4 +181,53 @@ def logits_claims(stored: dict) -> dict[str, bool]:
             bool(low) and all(s["loss_difference"][i] is not None
                               and s["loss_difference"][i][1] < 0 < s["loss_difference"][i][2]
                               for i in low),
+    }
+
+
+def periln_claims(summary: dict, initial: dict) -> dict[str, bool]:
+    """The claims of the Peri-LN section, from :func:`lncourse.norms.periln.summary` of the
+    stored Peri-LN run beside the logit-growth run (paired 95% t intervals over seeds)
+    and the streams at initialisation (:func:`lncourse.norms.periln.initial_streams`)."""
+    rows = summary["per_lr"]
+    top = rows[-2:]                                   # the two highest learning rates
+    low = [r for r in rows if r["lr"] <= 0.01]
+
+    def below(ci):
+        return ci is not None and ci[2] < 0
+
+    def above(ci):
+        return ci is not None and ci[1] > 0
+    share = {v: x[0] / x[1] for v, x in initial.items()}   # embedding / after 1 sublayer
+    return {
+        "no Peri-LN model's sublayer adds more than its output norm's bound":
+            summary["bound_ratio_max"] <= 1 + 1e-4,
+        "at the two highest learning rates, Pre-LN's mean stream norm at the last depth is "
+        "more than 100 times that of either Peri-LN variant":
+            all(r["Pre-LN"]["last_norm"][0] > 100 * r[v]["last_norm"][0]
+                for r in top for v in ("Peri-LN", "Peri-LN-0.02")),
+        "at the two highest learning rates, every Peri-LN model's largest attention logit "
+        "is above 10,000: the output norm does not bound the logits":
+            all(r[v]["max_logit"][0] > 1e4 for r in top for v in ("Peri-LN", "Peri-LN-0.02")),
+        "at the two highest learning rates, each Peri-LN variant's largest logit is above "
+        "Pre-LN's smallest: the logits grow as far, and the loss does not follow":
+            all(r[v]["max_logit"][1] > r["Pre-LN"]["max_logit"][0]
+                for r in top for v in ("Peri-LN", "Peri-LN-0.02")),
+        "at the two highest learning rates both Peri-LN variants have a lower test loss than "
+        "Pre-LN (paired intervals below 0)":
+            all(below(r[v]["minus_pre_ln"]) for r in top for v in ("Peri-LN", "Peri-LN-0.02")),
+        "at every learning rate up to 0.01, Peri-LN with γ_out = 1 has a higher test loss "
+        "than Pre-LN (paired intervals above 0)":
+            bool(low) and all(above(r["Peri-LN"]["minus_pre_ln"]) for r in low),
+        "at every learning rate up to 0.01, the control with γ_out = 0.02 has a paired "
+        "interval from Pre-LN that contains 0":
+            bool(low) and all(r["Peri-LN-0.02"]["minus_pre_ln"] is not None
+                              and r["Peri-LN-0.02"]["minus_pre_ln"][1] < 0
+                              < r["Peri-LN-0.02"]["minus_pre_ln"][2] for r in low),
+        "both Peri-LN variants are less sensitive to the learning rate than Pre-LN "
+        "(paired intervals below 0)":
+            all(below(summary["sensitivity_minus_pre_ln"][v])
+                for v in ("Peri-LN", "Peri-LN-0.02")),
+        "at initialisation the embedding is under a tenth of the stream after the first "
+        "sublayer with γ_out = 1, and over half of it in Pre-LN and with γ_out = 0.02":
+            share["Peri-LN"] < 0.1 and share["Pre-LN"] > 0.5 and share["Peri-LN-0.02"] > 0.5,
     }
