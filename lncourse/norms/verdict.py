@@ -212,6 +212,13 @@ def periln_claims(summary: dict, initial: dict) -> dict[str, bool]:
         "Pre-LN's smallest: the logits grow as far, and the loss does not follow":
             all(r[v]["max_logit"][1] > r["Pre-LN"]["max_logit"][0]
                 for r in top for v in ("Peri-LN", "Peri-LN-0.02")),
+        "at the third-highest learning rate, every Peri-LN model's largest logit is more "
+        "than 10 times every Pre-LN model's":
+            all(rows[-3][v]["max_logit"][0] > 10 * rows[-3]["Pre-LN"]["max_logit"][1]
+                for v in ("Peri-LN", "Peri-LN-0.02")),
+        "Peri-LN's best mean test loss over the grid is higher than Pre-LN's":
+            min(r["Peri-LN"]["test_loss"][0] for r in rows)
+            > min(r["Pre-LN"]["test_loss"][0] for r in rows),
         "at the two highest learning rates both Peri-LN variants have a lower test loss than "
         "Pre-LN (paired intervals below 0)":
             all(below(r[v]["minus_pre_ln"]) for r in top for v in ("Peri-LN", "Peri-LN-0.02")),
