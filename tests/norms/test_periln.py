@@ -62,7 +62,8 @@ def test_the_bound_is_reached_when_gamma_is_constant_and_beta_zero():
 
 def test_stream_norms_are_those_of_the_cache():
     model, windows = _random_model(1)
-    _, _, cache = model(windows, return_cache=True)
+    with torch.no_grad():
+        _, _, cache = model(windows, return_cache=True)
     s = P.stream(model, windows)
     x = cache["blocks.1.resid_mid"]
     assert s["norm"][3] == pytest.approx(float(x.norm(dim=-1).mean() / 4), rel=1e-6)
