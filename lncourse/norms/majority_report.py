@@ -100,16 +100,18 @@ def summary(history: dict, data: dict | None = None) -> dict:
     """Every number chapter 5 reports from a run (see the module's docstring): per arm the
     lr scores and the chosen lr; at it, steps to 80% and 90% per seed (None: never reached),
     their means censored at the last step with the count reached, the paired difference
-    from LayerNorm at its own chosen lr (mean and 95% t interval over seeds), the same
+    from LayerNorm at its own chosen lr (mean and 95% t interval over seeds), and at the
+    lr the rule would choose without its divergence clause (``fastest_lr``), the same
     with both arms at each single lr of the grid (untuned), and the final geometry. ``data``: the test set
     (:func:`lncourse.norms.majority_run.test_data`; rebuilt from the config if None)."""
     from lncourse.norms.majority_run import ArmsConfig, test_data
     config = ArmsConfig.from_dict(history["config"])
     data = data if data is not None else test_data(config)
     cols = {a: {} for a in config.arms}
-    best = {}
+    best, scores_of = {}, {}
     for arm in config.arms:
         best[arm], scores = select_lr(history, arm)
+        scores_of[arm] = scores
         cols[arm]["lr_scores"] = {f"{lr:g}": s for lr, s in scores.items()}
         cols[arm]["best_lr"] = best[arm]
     for arm in config.arms:
@@ -123,6 +125,13 @@ def summary(history: dict, data: dict | None = None) -> dict:
                 diff = _censored(history, arm, best[arm], th / 100) - \
                     _censored(history, "layernorm", best["layernorm"], th / 100)
                 out[f"vs_layernorm_{th}"] = list(paired_interval(diff))
+                if th == 90:      # the rule without its divergence clause: the lr with
+                    # the smallest score, against LayerNorm at its chosen lr
+                    fastest = min(sorted(config.lrs), key=lambda lr: scores_of[arm][lr])
+                    out["fastest_lr"] = fastest
+                    out["vs_layernorm_90_fastest_lr"] = list(paired_interval(
+                        _censored(history, arm, fastest, 0.9)
+                        - _censored(history, "layernorm", best["layernorm"], 0.9)))
                 out[f"vs_layernorm_{th}_same_lr"] = {   # both arms at one lr, untuned
                     f"{lr:g}": list(paired_interval(
                         _censored(history, arm, lr, th / 100)

@@ -99,6 +99,38 @@ def arms_claims(summary: dict) -> dict[str, bool]:
     }
 
 
+def arms_batch_claims(summary: dict) -> dict[str, bool]:
+    """The claims of the majority arms at the paper's batch (``paper_batch``), from
+    :func:`lncourse.norms.majority_report.summary` of that run."""
+    arms, verdict = summary["arms"], summary["verdict"]
+    ng = arms["ngpt"]
+    same = list(ng["vs_layernorm_90_same_lr"].values())
+    angles = {a: c["mean_query_angle"] for a, c in arms.items()
+              if c["mean_query_angle"] is not None}
+
+    def open_interval(ci):
+        return ci[1] < 0 < ci[2]
+    return {
+        "every arm reaches 90% in every seed at its chosen lr":
+            all(c["reached_90"] == len(c["steps_to_90"]) for c in arms.values()),
+        "at its own lr, the projection-free arm reaches 90% sooner than LayerNorm and no "
+        "other arm is resolved":
+            verdict["no_projection"]["tuned"] == "faster"
+            and all(v["tuned"] == "not resolved" for a, v in verdict.items()
+                    if a != "no_projection"),
+        "nGPT's lr with the fewest steps to 90% is ruled out by the divergence clause, and "
+        "at that lr too it is not resolved from LayerNorm":
+            ng["fastest_lr"] != ng["best_lr"]
+            and open_interval(ng["vs_layernorm_90_fastest_lr"]),
+        "at one shared lr, nGPT is resolved faster at one lr and slower at another":
+            any(ci[2] < 0 for ci in same) and any(ci[1] > 0 for ci in same),
+        "only LayerNorm's mean query angle to 1 is below 60 degrees":
+            [a for a, x in angles.items() if x < 60] == ["layernorm"],
+        "every arm's attention is within 0.05 (TV) of uniform":
+            all(c["mean_attention_tv"] < 0.05 for c in arms.values()),
+    }
+
+
 def vlens_claims(stored: dict) -> dict[str, bool]:
     """The claims of the V-lens section (``results/norms/vlens.json``), from the summary
     recomputed from the stored curves (:func:`lncourse.norms.vlens.summarize`): each
