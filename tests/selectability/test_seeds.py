@@ -111,3 +111,25 @@ def test_stored_seeds_every_cell_recomputes(path):
     for step, cells in result["curve"].items():
         assert measure(models_at(result, int(step)),
                        contexts[:result["curve_contexts"]]) == cells, step
+
+
+def test_the_plateau_claim_states_what_the_steps_after_its_prediction_show():
+    """The prediction set at the step-6,000 export (within 3 points of step 1,000's value
+    from there on) failed at the step-14,000 export; the claim says so, and turns False if
+    the later steps had stayed in the band or the earlier ones had left it."""
+    from lncourse.selectability import seeds_measure as M
+
+    path = RESULTS_DIR / "selectability" / "seeds_table1.json"
+    stored = json.loads(path.read_text())
+
+    def plateau(result):
+        return next(c for c in M.claims(result) if c.key == "plateau")
+    assert plateau(stored).holds and "fails" in plateau(stored).text
+    flat = json.loads(path.read_text())          # every later step as step 6,000
+    for s in flat["curve"]:
+        if int(s) > M.PLATEAU_SET_AT:
+            flat["curve"][s] = flat["curve"][str(M.PLATEAU_SET_AT)]
+    assert plateau(flat).holds is False
+    early = json.loads(path.read_text())         # the band already broken at step 4,000
+    early["curve"]["4000"] = early["curve"][str(early["snapshot_steps_done"][-1])]
+    assert plateau(early).holds is False
