@@ -51,7 +51,7 @@ from lncourse.transformer import GPT, TransformerConfig
 
 __all__ = ["VARIANTS", "LogitsConfig", "PRESETS", "lr_at", "build", "max_logits",
            "test_loss", "train_one", "round_weights", "qk_bound", "sensitivity",
-           "summarize", "run", "load_model", "windows_of", "main"]
+           "summarize", "run", "load_model", "windows_of", "grid_main", "main"]
 
 VARIANTS = {"Pre-LN": {"norm": "layernorm"},
             "QK-norm": {"norm": "layernorm", "qk_norm": True}}
@@ -324,21 +324,28 @@ def windows_of(result: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _windows(cfg, train_ids, test_ids)
 
 
-def main(argv: list[str] | None = None) -> Path:
-    """Train the grid, store the result and the weights beside it."""
-    args = run_arguments("lncourse.norms.logits", "Attention-logit growth with and "
-                         "without QK-norm over a learning-rate grid.", PRESETS
-                         ).parse_args(argv)
+def grid_main(module: str, description: str, stem: str, train, argv=None) -> Path:
+    """The command line of a grid run (this module's, :mod:`lncourse.norms.periln`'s):
+    ``train(cfg, progress, checkpoint, device)`` -> (payload with ``seconds``, weights);
+    stores ``results/norms/<stem>.json`` (``<stem>_<preset>`` for a preset other than
+    ``paper``) and the weights beside it, resuming from its checkpoint."""
+    args = run_arguments(module, description, PRESETS).parse_args(argv)
     cfg = PRESETS[args.preset]()
-    name = "logits" if args.preset == "paper" else f"logits_{args.preset}"
+    name = stem if args.preset == "paper" else f"{stem}_{args.preset}"
     ck = RESULTS_DIR / "checkpoints" / f"norms_{name}.ckpt"
-    started = run_started(ck, command_line("lncourse.norms.logits", argv))
-    payload, weights = run(cfg, not args.quiet, ck, args.device)
+    started = run_started(ck, command_line(module, argv))
+    payload, weights = train(cfg, not args.quiet, ck, args.device)
     seconds = payload.pop("seconds")
     out = RESULTS_DIR / "norms" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(weights, out.with_suffix(".pt"))
     return store_run(out, payload, args.device, seconds, started)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Train the grid, store the result and the weights beside it."""
+    return grid_main("lncourse.norms.logits", "Attention-logit growth with and without "
+                     "QK-norm over a learning-rate grid.", "logits", run, argv)
 
 
 if __name__ == "__main__":

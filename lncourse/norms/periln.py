@@ -39,7 +39,6 @@ from lncourse.norms import logits as L
 from lncourse.norms.heads import mean_interval
 from lncourse.norms.logits_summary import _loss_or_inf, sensitivity
 from lncourse.progress import progress
-from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.rng import seeded
 from lncourse.summary import paired_interval
 from lncourse.transformer import GPT, TransformerConfig
@@ -241,18 +240,8 @@ def summary(peri: dict, logits_result: dict, pre_streams: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> Path:
     """Train the Peri-LN models of the grid; store ``results/norms/periln.json`` and the
     weights beside it (``periln.pt``)."""
-    args = run_arguments("lncourse.norms.periln", "Peri-LN in chapter 5's logit-growth "
-                         "sweep.", L.PRESETS).parse_args(argv)
-    cfg = L.PRESETS[args.preset]()
-    name = "periln" if args.preset == "paper" else f"periln_{args.preset}"
-    ck = RESULTS_DIR / "checkpoints" / f"norms_{name}.ckpt"
-    started = run_started(ck, command_line("lncourse.norms.periln", argv))
-    payload, weights = run(cfg, not args.quiet, ck, args.device)
-    seconds = payload.pop("seconds")
-    out = RESULTS_DIR / "norms" / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(weights, out.with_suffix(".pt"))
-    return store_run(out, payload, args.device, seconds, started)
+    return L.grid_main("lncourse.norms.periln", "Peri-LN in chapter 5's logit-growth "
+                       "sweep.", "periln", run, argv)
 
 
 if __name__ == "__main__":

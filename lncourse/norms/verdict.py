@@ -76,20 +76,13 @@ def heads_claims(stored: dict) -> dict[str, bool]:
     }
 
 
-def arms_claims(summary: dict) -> dict[str, bool]:
-    """The claims of the majority-arms section, from
-    :func:`lncourse.norms.majority_report.summary` of the stored run."""
-    arms, ran = summary["arms"], summary["ran"]
-    ng = arms["ngpt"]
-    same = list(ng["vs_layernorm_90_same_lr"].values())
+def _shared_arms_claims(arms: dict) -> dict[str, bool]:
+    """The claims both runs of the majority arms make: nGPT's sign flip at one shared lr,
+    the query angle to 1 and attention's distance to uniform."""
+    same = list(arms["ngpt"]["vs_layernorm_90_same_lr"].values())
     angles = {a: c["mean_query_angle"] for a, c in arms.items()
               if c["mean_query_angle"] is not None}
     return {
-        "at its own lr, no arm reaches 90% measurably sooner or later than LayerNorm":
-            all(v["tuned"] == "not resolved" for v in summary["verdict"].values()),
-        "nGPT's chosen lr is the top of the grid": ng["best_lr"] == max(ran["lrs"]),
-        "at its own lr, nGPT reaches 80% sooner than LayerNorm (interval below 0)":
-            ng["vs_layernorm_80"][2] < 0,
         "at one shared lr, nGPT is resolved faster at one lr and slower at another":
             any(ci[2] < 0 for ci in same) and any(ci[1] > 0 for ci in same),
         "only LayerNorm's mean query angle to 1 is below 60 degrees":
@@ -99,14 +92,26 @@ def arms_claims(summary: dict) -> dict[str, bool]:
     }
 
 
+def arms_claims(summary: dict) -> dict[str, bool]:
+    """The claims of the majority-arms section, from
+    :func:`lncourse.norms.majority_report.summary` of the stored run."""
+    arms, ran = summary["arms"], summary["ran"]
+    ng = arms["ngpt"]
+    return {
+        "at its own lr, no arm reaches 90% measurably sooner or later than LayerNorm":
+            all(v["tuned"] == "not resolved" for v in summary["verdict"].values()),
+        "nGPT's chosen lr is the top of the grid": ng["best_lr"] == max(ran["lrs"]),
+        "at its own lr, nGPT reaches 80% sooner than LayerNorm (interval below 0)":
+            ng["vs_layernorm_80"][2] < 0,
+        **_shared_arms_claims(arms),
+    }
+
+
 def arms_batch_claims(summary: dict) -> dict[str, bool]:
     """The claims of the majority arms at the paper's batch (``paper_batch``), from
     :func:`lncourse.norms.majority_report.summary` of that run."""
     arms, verdict = summary["arms"], summary["verdict"]
     ng = arms["ngpt"]
-    same = list(ng["vs_layernorm_90_same_lr"].values())
-    angles = {a: c["mean_query_angle"] for a, c in arms.items()
-              if c["mean_query_angle"] is not None}
 
     def open_interval(ci):
         return ci[1] < 0 < ci[2]
@@ -122,12 +127,7 @@ def arms_batch_claims(summary: dict) -> dict[str, bool]:
         "at that lr too it is not resolved from LayerNorm":
             ng["fastest_lr"] != ng["best_lr"]
             and open_interval(ng["vs_layernorm_90_fastest_lr"]),
-        "at one shared lr, nGPT is resolved faster at one lr and slower at another":
-            any(ci[2] < 0 for ci in same) and any(ci[1] > 0 for ci in same),
-        "only LayerNorm's mean query angle to 1 is below 60 degrees":
-            [a for a, x in angles.items() if x < 60] == ["layernorm"],
-        "every arm's attention is within 0.05 (TV) of uniform":
-            all(c["mean_attention_tv"] < 0.05 for c in arms.values()),
+        **_shared_arms_claims(arms),
     }
 
 
