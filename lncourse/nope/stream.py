@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from lncourse.progress import progress as progress_bar
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.rng import check_seed
 
-__all__ = ["StreamConfig", "Probes", "train_model", "run", "PRESETS", "main"]
+__all__ = ["StreamConfig", "Probes", "train_model", "run", "PRESETS", "save_atomic", "main"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -194,6 +195,18 @@ def errors(pred: Tensor | np.ndarray, seq_len: int) -> list[float]:
     return np.abs(p - target).mean(1).tolist()
 
 
+def save_atomic(obj, path: Path) -> None:
+    """``torch.save`` to a file beside ``path``, then rename it there: a run stopped
+    mid-write (a killed session) leaves the previous checkpoint whole."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _paths(preset: str) -> tuple[Path, Path, Path]:
     ck = RESULTS_DIR / "checkpoints" / f"nope_stream_{preset}"
     return RESULTS_DIR / "nope" / f"stream_{preset}.json", RESULTS_DIR / "nope" / \
@@ -252,9 +265,9 @@ def main(argv: list[str] | None = None) -> Path:
         part = ck / f"{kind}_{seed}.pt"
         state = torch.load(part, weights_only=False) if part.exists() else None
         r = train_model(cfg, seed, kind == "causal", state,
-                        lambda s, p=part: torch.save(s, p), progress=not args.quiet)
+                        lambda s, p=part: save_atomic(s, p), progress=not args.quiet)
         done[kind].append({"seed": seed, **r})
-        torch.save({"config": config, "done": done}, done_file)
+        save_atomic({"config": config, "done": done}, done_file)
         part.unlink(missing_ok=True)
         store(cfg, done, args.preset, args.device, started)
     return store(cfg, done, args.preset, args.device, started)

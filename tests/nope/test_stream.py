@@ -191,3 +191,22 @@ def test_below_baseline_claims_and_the_uniform_guess():
     abl = {"config": {"depths": [0, 12]}, "runs": runs, "baseline": 128.0}
     got = {c.key: c.holds for c in nope_verdict.below_baseline_claims(abl)}
     assert got == {"below_base": False, "below_regression": True, "below_edge": False}
+
+
+def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one(tmp_path, monkeypatch):
+    from lncourse.nope import stream
+
+    path = tmp_path / "causal_0.pt"
+    stream.save_atomic({"batch": 10}, path)
+    real = torch.save
+
+    def dies_mid_write(obj, f):
+        real(obj, f)
+        raise KeyboardInterrupt          # the session stops after the bytes, before the rename
+
+    monkeypatch.setattr(stream.torch, "save", dies_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        stream.save_atomic({"batch": 20}, path)
+    monkeypatch.undo()
+    assert torch.load(path)["batch"] == 10
+    assert [p.name for p in tmp_path.iterdir()] == ["causal_0.pt"]
