@@ -301,11 +301,9 @@ def run(cfg: LogitsConfig, show_progress: bool = True, checkpoint: Path | None =
             save_checkpoint(checkpoint, state, kind="norms_logits")
     models = {v: [state["records"][f"{v}/{i}/{s}"] for i in range(len(cfg.lrs))
                   for s in cfg.seeds] for v in VARIANTS}
-    weights, seconds = state["weights"], state["seconds"]
-    payload = {"config": {**dataclasses.asdict(cfg), "vocab_size": tok.vocab_size},
-               "variants": VARIANTS, "models": models, "summary": summarize(models, cfg),
-               "seconds": seconds}
-    return payload, weights
+    return {"config": {**dataclasses.asdict(cfg), "vocab_size": tok.vocab_size},
+            "variants": VARIANTS, "models": models, "summary": summarize(models, cfg),
+            "seconds": state["seconds"]}, state["weights"]
 
 
 def load_model(result: dict, weights: dict, variant: str, lr_index: int, seed: int) -> GPT:
@@ -325,18 +323,16 @@ def windows_of(result: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def grid_main(module: str, description: str, stem: str, train, argv=None) -> Path:
-    """The command line of a grid run (this module's, :mod:`lncourse.norms.periln`'s):
-    ``train(cfg, progress, checkpoint, device)`` -> (payload with ``seconds``, weights);
-    stores ``results/norms/<stem>.json`` (``<stem>_<preset>`` for a preset other than
-    ``paper``) and the weights beside it, resuming from its checkpoint."""
+    """A grid run's command line (here and in :mod:`lncourse.norms.periln`): ``train(cfg,
+    progress, checkpoint, device)`` -> (payload, weights); stores
+    ``results/norms/<stem>[_<preset>].json`` and the weights beside it."""
     args = run_arguments(module, description, PRESETS).parse_args(argv)
     cfg = PRESETS[args.preset]()
     name = stem if args.preset == "paper" else f"{stem}_{args.preset}"
     ck = RESULTS_DIR / "checkpoints" / f"norms_{name}.ckpt"
     started = run_started(ck, command_line(module, argv))
     payload, weights = train(cfg, not args.quiet, ck, args.device)
-    seconds = payload.pop("seconds")
-    out = RESULTS_DIR / "norms" / f"{name}.json"
+    seconds, out = payload.pop("seconds"), RESULTS_DIR / "norms" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(weights, out.with_suffix(".pt"))
     return store_run(out, payload, args.device, seconds, started)
