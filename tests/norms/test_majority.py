@@ -280,3 +280,17 @@ def test_command_line_stores_a_run_and_exports_a_partial_one(tmp_path, monkeypat
     assert r["step"] == [0, 10, 20] and r["complete"] is True
     assert r["test_acc"][:2] == h["test_acc"]
     assert not partial.exists()
+
+
+def test_the_paper_batch_claims_fail_on_contrary_numbers(computed):
+    """Each claim of verdict.arms_batch_claims turns False when its run says otherwise."""
+    from lncourse.norms import verdict
+
+    s = computed["paper_batch"]
+    cases = {"no_projection not faster": ("verdict", "no_projection", "tuned", "not resolved"),
+             "nGPT's fastest lr chosen": ("arms", "ngpt", "fastest_lr", s["arms"]["ngpt"]["best_lr"]),
+             "a seed short of 90%": ("arms", "dyt", "reached_90", 9)}
+    for name, (top, arm, key, value) in cases.items():
+        edited = copy.deepcopy(s)
+        edited[top][arm][key] = value
+        assert not all(verdict.arms_batch_claims(edited).values()), name
