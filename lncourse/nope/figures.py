@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from lncourse.plotting.style import COLORS, SERIES, figure_and_axes, legend_below
 
 __all__ = ["variance_loglog", "cumulative_attention", "sigma_sweep", "probe_errors",
-           "lemma4_signal", "trained_layers"]
+           "lemma4_signal", "trained_layers", "stream_probe"]
 
 
 def variance_loglog(measured, theory, corrected=None, labels: dict | None = None,
@@ -161,4 +161,41 @@ def trained_layers(before: list, after: list, ax=None) -> Figure:
         panel.set_xlabel("position m")
     panels[0].set_ylabel("variance / its value at m = 1")
     legend_below(panels[0], ncol=5)
+    return fig
+
+
+def stream_probe(summary: dict, baseline: float, uniform: float, ax=None) -> Figure:
+    """The all-positions probe run against depth (two panels): left, the error of each
+    probe (mean over seeds, 95% interval as a band) with guessing the middle and guessing
+    at random; right, the correlation of the probe's answer with the position.
+
+    summary: :func:`lncourse.nope.stream_report.summary` (kind -> probe -> {"mae",
+    "corr": per depth (mean, low, high)})."""
+    fig, panels = figure_and_axes(ax, n=2, width=9.0, height=3.8)
+    style = {("causal", "classifier"): (COLORS["layernorm"], "-"),
+             ("causal", "regression"): (COLORS["no_projection"], "-"),
+             ("bidirectional", "classifier"): (COLORS["layernorm"], ":"),
+             ("bidirectional", "regression"): (COLORS["no_projection"], ":")}
+    for (kind, probe), (color, ls) in style.items():
+        if kind not in summary:
+            continue
+        s = summary[kind][probe]
+        for panel, q in zip(panels, ("mae", "corr")):
+            mean = np.array([e[0] for e in s[q]])
+            depth = np.arange(len(mean))
+            panel.plot(depth, mean, color=color, ls=ls, marker="o", ms=3,
+                       label=f"{probe}, {kind} ({len(s['seeds'])})")
+            if s[q][0][1] is not None:
+                panel.fill_between(depth, [e[1] for e in s[q]], [e[2] for e in s[q]],
+                                   color=color, alpha=0.15, lw=0)
+    panels[0].axhline(baseline, color=COLORS["theory"], ls="--", lw=1,
+                      label="guess the middle")
+    panels[0].axhline(uniform, color=COLORS["none"], ls="-.", lw=1,
+                      label="guess at random")
+    panels[0].set_ylabel("mean absolute error (positions)")
+    panels[1].axhline(0, color=COLORS["none"], lw=0.8)
+    panels[1].set_ylabel("correlation of answer and position")
+    for panel in panels:
+        panel.set_xlabel("number of layers")
+    legend_below(panels[0], ncol=3)
     return fig

@@ -1,0 +1,224 @@
+"""What chapter 4 reads from the stored all-positions probe run (``nope/stream_paper.json``
+and its held-out predictions, :mod:`lncourse.nope.stream`).
+
+The error of a probe (mean absolute error in positions) mixes two things: how much of the
+position its answer carries, and how well that answer is scaled. So beside the stored
+error, per model, probe and depth, this module measures from the held-out predictions:
+
+* :func:`correlation`: the Pearson correlation of the prediction with the true position
+  (0 for a probe that reads nothing, 1 for one that reads it all, whatever its scale);
+* :func:`spread`: the standard deviation of the answers. A linear answer that carries
+  the position with correlation r errs least when its spread is r times the positions'
+  (least squares); a wider spread adds error without adding information;
+* :func:`recalibrated`: the error after a linear map ``a + b * prediction``, fitted by
+  least squares on half of the held-out sequences and scored on the other half (both
+  ways round, so every prediction is scored once, never by a map fitted to it), and
+  clipped to the positions. It says how low the error would be if the probe's answer
+  were scaled and centred well.
+
+:func:`summary` gives each over seeds (mean and 95% t interval per depth);
+:func:`claims` are the chapter's sentences on the run, each checked. Shapes: a
+prediction array is (K + 1 depths, N * T), the N held-out sequences of T positions one
+after another, as :func:`lncourse.nope.stream.errors` reads it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lncourse.claims import Claim
+from lncourse.nope.verdict import _ci, claims as figure2_claims
+from lncourse.results import RESULTS_DIR
+from lncourse.summary import paired_interval
+
+__all__ = ["PROBES", "load_predictions", "correlation", "spread", "recalibrated", "model_arrays", "summary", "claims",
+           "BF16_TOLERANCE"]
+
+PROBES = ("classifier", "regression")
+BF16_TOLERANCE = 2.0       # positions: what bfloat16 training features may move an error
+
+
+def load_predictions(stored: dict) -> dict[str, np.ndarray]:
+    """The held-out predictions stored beside ``nope/stream_paper.json`` (its
+    ``predictions`` file): "<kind>_<seed>_<probe>[_bfloat16]" -> (K + 1, N * T)."""
+    with np.load(RESULTS_DIR / "nope" / stored["predictions"]) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _check(pred, seq_len: int) -> np.ndarray:
+    p = np.asarray(pred, dtype=float)
+    if p.ndim != 2 or p.shape[1] == 0 or p.shape[1] % seq_len:
+        raise ValueError(f"predictions must be (depths, N * {seq_len}), got {p.shape}")
+    if not np.isfinite(p).all():
+        raise ValueError("predictions must be finite")
+    return p
+
+
+def correlation(pred, seq_len: int) -> list[float]:
+    """Per depth, the Pearson correlation of the predictions with the true positions; a
+    depth whose predictions are all equal reads nothing and gets 0."""
+    p = _check(pred, seq_len)
+    y = np.tile(np.arange(seq_len, dtype=float), p.shape[1] // seq_len)
+    pc, yc = p - p.mean(1, keepdims=True), y - y.mean()
+    sp = np.sqrt((pc * pc).sum(1))
+    r = (pc @ yc) / np.where(sp > 0, sp, 1.0) / np.sqrt(yc @ yc)
+    return np.where(sp > 0, r, 0.0).tolist()
+
+
+def spread(pred, seq_len: int) -> list[float]:
+    """Per depth, the standard deviation of the predictions, in positions."""
+    return _check(pred, seq_len).std(1).tolist()
+
+
+def recalibrated(pred, seq_len: int) -> list[float]:
+    """Per depth, the cross-fitted error of the linearly recalibrated predictions (see the
+    module's docstring): sequences 0, 2, 4, ... fit the map scored on 1, 3, 5, ... and
+    the other way round."""
+    p = _check(pred, seq_len)
+    n = p.shape[1] // seq_len
+    if n < 2:
+        raise ValueError("recalibration needs at least two held-out sequences")
+    y = np.tile(np.arange(seq_len, dtype=float), n)
+    seq = np.repeat(np.arange(n), seq_len)
+    err = np.zeros(p.shape[0])
+    for fit in (seq % 2 == 0, seq % 2 == 1):
+        x, t = p[:, fit], y[fit]
+        xc = x - x.mean(1, keepdims=True)
+        var = (xc * xc).sum(1)
+        b = np.where(var > 0, xc @ (t - t.mean()) / np.where(var > 0, var, 1.0), 0.0)
+        a = t.mean() - b * x.mean(1)
+        got = np.clip(a[:, None] + b[:, None] * p[:, ~fit], 0, seq_len - 1)
+        err += np.abs(got - y[~fit]).sum(1)
+    return (err / p.shape[1]).tolist()
+
+
+def model_arrays(stored: dict, predictions) -> dict:
+    """kind -> probe -> {"seeds", "mae", "mae_bfloat16", "corr", "spread", "recal"}, the
+    last five (seeds, K + 1) arrays: the stored errors and, from the held-out
+    predictions, the correlation, the spread and the recalibrated error of every finished
+    model."""
+    T = stored["config"]["seq_len"]
+    out = {}
+    for kind, runs in stored["results"].items():
+        if not runs:
+            continue
+        out[kind] = {}
+        for probe in PROBES:
+            preds = [predictions[f"{kind}_{r['seed']}_{probe}"] for r in runs]
+            out[kind][probe] = {
+                "seeds": [r["seed"] for r in runs],
+                "mae": np.array([r[f"mae_{probe}"] for r in runs]),
+                "mae_bfloat16": np.array([r.get(f"mae_{probe}_bfloat16", r[f"mae_{probe}"])
+                                          for r in runs]),
+                "corr": np.array([correlation(p, T) for p in preds]),
+                "spread": np.array([spread(p, T) for p in preds]),
+                "recal": np.array([recalibrated(p, T) for p in preds])}
+    return out
+
+
+def _per_depth(a: np.ndarray) -> list:
+    """Mean and 95% t interval over seeds per depth ((mean, low, high); with one seed the
+    interval is None)."""
+    return [(float(a[:, k].mean()), *(paired_interval(a[:, k])[1:] if len(a) > 1
+                                      else (None, None))) for k in range(a.shape[1])]
+
+
+def summary(stored: dict, predictions) -> dict:
+    """kind -> probe -> {"mae", "corr", "spread", "recal": per depth (mean, low, high)}
+    and ``seeds``."""
+    return {kind: {probe: {"seeds": v["seeds"], **{q: _per_depth(v[q]) for q in
+                                                   ("mae", "corr", "spread", "recal")}}
+                   for probe, v in probes.items()}
+            for kind, probes in model_arrays(stored, predictions).items()}
+
+
+def _mean_1_to_k(a: np.ndarray):
+    m = a[:, 1:].mean(1)
+    return paired_interval(m) if len(m) > 1 else None
+
+
+def claims(stored: dict, predictions, ablation: dict | None = None) -> list[Claim]:
+    """The chapter's sentences on the stored run, checked (None while too few models have
+    finished): the comparison with Figure 2 for each probe; that the causal probes'
+    answers carry the position at every depth from 1 on and none at depth 0; that the
+    bidirectional control's carry none; that recalibrated, the causal probes' error is
+    below guessing the middle; what the data adds over the ablation's base probe (the
+    same frozen models, paired by seed); and that bfloat16 training features move no
+    error by as much as 2 positions."""
+    arr = model_arrays(stored, predictions)
+    base = stored["baseline"]
+    out = []
+    for probe in PROBES:
+        for c in figure2_claims(stored, key=f"mae_{probe}"):
+            out.append(Claim(f"stream_{probe}_{c.key}", f"{probe.capitalize()}: {c.text}",
+                             c.holds))
+    causal, bi = arr.get("causal"), arr.get("bidirectional")
+    if causal is None or len(causal["classifier"]["seeds"]) < 2:
+        return out + [Claim("stream_reads", "Too few causal models have finished to say "
+                            "what the probes read (INCOMPLETE).", None)]
+    K = causal["classifier"]["corr"].shape[1] - 1
+    lows, zero0 = {}, {}
+    for probe in PROBES:
+        ci = _per_depth(causal[probe]["corr"])
+        lows[probe] = min(c[1] for c in ci[1:])
+        zero0[probe] = ci[0]
+    out.append(Claim(
+        "stream_reads_position", "The causal probes' answers carry the position at every "
+        f"depth from 1 to {K}: the lowest interval of their correlation with it starts at "
+        f"{min(lows.values()):.3f}; after 0 layers the correlation is "
+        + " and ".join(f"{_ci(zero0[p], '{:+.3f}')} ({p})" for p in PROBES) + ".",
+        min(lows.values()) > 0 and all(abs(z[0]) < 0.02 for z in zero0.values())))
+    if bi is not None:
+        top = max(float(np.abs(bi[p]["corr"].mean(0)).max()) for p in PROBES)
+        n = len(bi["classifier"]["seeds"])
+        out.append(Claim(
+            "stream_control_reads_nothing", "The bidirectional control's answers carry "
+            f"none of it: at no depth does the mean correlation over its {n} model(s) "
+            f"exceed {top:.3f} in size.", top < 0.05))
+    sd = float(np.arange(stored["config"]["seq_len"]).std())
+    wide = {p: _mean_1_to_k(causal[p]["spread"] / np.maximum(causal[p]["corr"], 1e-3) / sd)
+            for p in PROBES}
+    out.append(Claim(
+        "stream_too_wide", "Their answers are spread wider than what they carry warrants: "
+        f"averaged over depths 1–{K}, each answer's spread is " + " and ".join(
+            f"{_ci(wide[p], '{:.1f}')} ({p})" for p in PROBES)
+        + " times the least-squares spread (its correlation times the positions' "
+        f"{sd:.0f}).", all(w[1] > 1 for w in wide.values())))
+    recal = {p: _mean_1_to_k(causal[p]["recal"]) for p in PROBES}
+    out.append(Claim(
+        "stream_recalibrated_below", f"Recalibrated, averaged over depths 1–{K}, the same "
+        "answers err by " + " and ".join(f"{_ci(recal[p])} ({p})" for p in PROBES)
+        + f", below the {base:.0f} of guessing the middle.",
+        all(r[2] < base for r in recal.values())))
+    if ablation is not None:
+        out.append(_more_data(stored, causal, ablation))
+    moved = max(float(np.abs(v[p]["mae_bfloat16"] - v[p]["mae"]).max())
+                for v in arr.values() for p in PROBES)
+    out.append(Claim(
+        "stream_bfloat16", "Training features in bfloat16 leave every error within "
+        f"{BF16_TOLERANCE:.0f} positions of float32's (the largest change: {moved:.2f}).",
+        moved < BF16_TOLERANCE))
+    return out
+
+
+def _more_data(stored: dict, causal: dict, ablation: dict) -> Claim:
+    """The paper's classifier here against the ablation's base probe (the same classifier
+    on the same frozen model, with 32 sequences and 400 updates), paired by seed at the
+    ablation's depths."""
+    depths = ablation["config"]["depths"]
+    abl = {r["seed"]: r["mae"]["base"] for r in ablation["runs"]}
+    c = causal["classifier"]
+    both = [i for i, s in enumerate(c["seeds"]) if s in abl]
+    if len(both) < 2:
+        return Claim("stream_more_data", "Too few models shared with the ablation have "
+                     "finished (INCOMPLETE).", None)
+    d = [paired_interval(np.array([c["mae"][i][k] - abl[c["seeds"][i]][j]
+                                   for i in both])) for j, k in enumerate(depths)]
+    cfg, acfg = stored["config"], ablation["config"]
+    return Claim(
+        "stream_more_data", f"{cfg['train_seqs'] / acfg['train_seqs']:.0f} times the "
+        f"ablation's sequences and {cfg['updates'] / acfg['updates']:.1f} times its "
+        f"updates lower the classifier's error at depth {depths[-1]} (paired over "
+        f"{len(both)} seeds: " + "; ".join(f"depth {k}: {_ci(e, '{:+.1f}')}"
+                                           for k, e in zip(depths, d)) + ").",
+        bool(d[-1][2] < 0))

@@ -1,0 +1,113 @@
+"""What chapter 4 reads from the all-positions probe run (lncourse.nope.stream_report):
+the correlation of an answer with the position, the cross-fitted recalibration, and the
+chapter's sentences, each shown to fail on contrary numbers."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from lncourse.nope import stream_report as R
+from lncourse.nope.stream import errors
+
+T = 64
+
+
+def _pos(n):
+    return np.tile(np.arange(T), n)
+
+
+def test_correlation_reads_the_position_whatever_its_scale():
+    p = np.stack([_pos(3), 3 * _pos(3) + 7, T - 1 - _pos(3), np.full(3 * T, 5)])
+    r = R.correlation(p, T)
+    assert r == pytest.approx([1.0, 1.0, -1.0, 0.0])
+    sd = np.arange(T).std()
+    assert R.spread(p, T) == pytest.approx([sd, 3 * sd, sd, 0.0])
+    with pytest.raises(ValueError, match="depths"):
+        R.correlation(p[:, :-1], T)
+    with pytest.raises(ValueError, match="finite"):
+        R.correlation(np.where(p == 5, np.nan, p), T)
+
+
+def test_recalibration_undoes_a_bad_scale_and_is_cross_fitted():
+    pos = _pos(4)
+    scaled = np.stack([3 * pos + 200])                 # the position, badly scaled
+    assert errors(scaled, T)[0] > 2 * T
+    assert R.recalibrated(scaled, T)[0] == pytest.approx(0, abs=1e-9)
+    # sequences 0 and 2 read the position, 1 and 3 read it backwards: a map fitted to
+    # the scored half would find no slope (error ~T/4); fitted to the other half it
+    # turns each half's answers the wrong way round (error ~T/2)
+    flip = np.where(np.repeat(np.arange(4), T) % 2 == 0, pos, T - 1 - pos)[None]
+    assert R.recalibrated(flip, T)[0] == pytest.approx(T / 2, abs=0.5)
+    const = np.full((1, 4 * T), 3)
+    assert R.recalibrated(const, T)[0] == pytest.approx(T / 4, abs=0.5)
+    with pytest.raises(ValueError, match="two"):
+        R.recalibrated(const[:, :T], T)
+
+
+def _stored(noise=8.0, bi_reads=False, causal_reads=True, scale=1.0):
+    """3 causal models whose probes read the position from depth 1 on (with noise), 2
+    bidirectional ones that read nothing; depth 0 reads nothing."""
+    rng = np.random.default_rng(0)
+    n, K1 = 6, 4
+    results, preds = {"causal": [], "bidirectional": []}, {}
+    for kind, seeds in (("causal", (0, 1, 2)), ("bidirectional", (0, 1))):
+        reads = causal_reads if kind == "causal" else bi_reads
+        for s in seeds:
+            r = {"seed": s}
+            for probe in R.PROBES:
+                p = rng.integers(0, T, (K1, n * T)).astype(float)
+                if reads:
+                    p[1:] = T / 2 + scale * (_pos(n) - T / 2 + rng.normal(0, noise,
+                                                                          (K1 - 1, n * T)))
+                p = np.clip(np.round(p), 0, T - 1).astype(np.int16)
+                preds[f"{kind}_{s}_{probe}"] = p
+                r[f"mae_{probe}"] = errors(p, T)
+                r[f"mae_{probe}_bfloat16"] = [e + 0.1 for e in r[f"mae_{probe}"]]
+            results[kind].append(r)
+    stored = {"config": {"seq_len": T, "train_seqs": 64, "updates": 500},
+              "results": results, "baseline": T / 4}
+    ablation = {"config": {"depths": [0, 3], "train_seqs": 8, "updates": 100},
+                "runs": [{"seed": s, "mae": {"base": [T / 3, T / 3 + s]}} for s in range(3)]}
+    return stored, preds, ablation
+
+
+def _holds(stored, preds, ablation):
+    return {c.key: c.holds for c in R.claims(stored, preds, ablation)}
+
+
+def test_the_sentences_hold_where_the_probe_reads_the_position():
+    got = _holds(*_stored())
+    for key in ("stream_reads_position", "stream_control_reads_nothing",
+                "stream_recalibrated_below", "stream_more_data", "stream_bfloat16",
+                "stream_too_wide",
+                "stream_classifier_below_baseline"):
+        assert got[key] is True, key
+
+
+def test_each_sentence_fails_on_contrary_numbers():
+    got = _holds(*_stored(causal_reads=False))
+    assert got["stream_reads_position"] is False
+    assert got["stream_recalibrated_below"] is False
+    assert got["stream_more_data"] is False
+    assert got["stream_classifier_reproduces_figure2"] is False
+    assert _holds(*_stored(bi_reads=True))["stream_control_reads_nothing"] is False
+    assert _holds(*_stored(scale=0.6))["stream_too_wide"] is False   # shrunk answers
+    stored, preds, abl = _stored()
+    s2 = copy.deepcopy(stored)
+    s2["results"]["bidirectional"][1]["mae_regression_bfloat16"][2] += 3
+    assert _holds(s2, preds, abl)["stream_bfloat16"] is False
+    p2 = dict(preds)                                  # depth 0 reads the position too
+    for s in (0, 1, 2):
+        p2[f"causal_{s}_classifier"] = p2[f"causal_{s}_classifier"].copy()
+        p2[f"causal_{s}_classifier"][0] = _pos(6)
+    assert _holds(stored, p2, abl)["stream_reads_position"] is False
+
+
+def test_too_few_models_say_so():
+    stored, preds, abl = _stored()
+    stored["results"] = {"causal": stored["results"]["causal"][:1], "bidirectional": []}
+    got = R.claims(stored, preds, abl)
+    assert [c.holds for c in got if c.key == "stream_reads"] == [None]
