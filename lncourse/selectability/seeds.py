@@ -125,10 +125,23 @@ def main(argv: list[str] | None = None) -> Path | None:
                         "measured at the last step (default: the preset's)")
     parser.add_argument("--curve-contexts", type=int, default=4,
                         help="held-out contexts measured at every snapshot step")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="a directory of measurements to reuse and add to (an export "
+                        "reads what --warm processes measured)")
+    parser.add_argument("--warm", type=str, default=None, metavar="M,M,...",
+                        help="do not store: measure these models (indices) of the "
+                        "checkpoint into --cache, beside other processes")
     args = parser.parse_args(argv)
     cfg = PRESETS[args.preset]()
     ckpt = RESULTS_DIR / "checkpoints" / f"selectability_seeds_{args.preset}.ckpt"
     out = RESULTS_DIR / "selectability" / f"seeds_{args.preset}.json"
+    if args.warm is not None:
+        if args.cache is None:
+            parser.error("--warm needs --cache")
+        state = checkpoint_state(cfg, ckpt)
+        models = [int(m) for m in args.warm.split(",")]
+        result_of(cfg, state, args.contexts, args.curve_contexts, args.cache, models)
+        return None
     if args.export_partial:
         started = json.loads(Path(str(ckpt) + ".start.json").read_text())
         state = checkpoint_state(cfg, ckpt)
@@ -138,12 +151,13 @@ def main(argv: list[str] | None = None) -> Path | None:
         train(cfg, ckpt, progress=not args.quiet)
         state = checkpoint_state(cfg, ckpt)
         seconds = state["elapsed"]
-    payload = result_of(cfg, state, args.contexts, args.curve_contexts)
+    payload = result_of(cfg, state, args.contexts, args.curve_contexts, args.cache)
     # provenance names the commit the training started from; the measurement's own
     payload["measured_at_commit"] = _git_commit()
     return store_run(out, payload, args.device, seconds, started,
-                     "partial export; training on one thread" if args.export_partial
-                     else None)
+                     None if not args.export_partial else "training on one thread; "
+                     + ("the finished checkpoint, exported" if state["step"] == cfg.lm.steps
+                        else "partial export"))
 
 
 if __name__ == "__main__":

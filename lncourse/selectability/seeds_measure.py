@@ -6,7 +6,10 @@ stored result: each model's loss history, its weights at every snapshot step rea
 at n = T (the whole context), before the LayerNorm (``resid_pre``) and after it
 (``ln1``): on ``contexts`` held-out contexts at the last snapshot, and on
 ``curve_contexts`` of them at every snapshot (the fraction against the step).
-:func:`layer_rows` gives the per-layer means with intervals over seeds and contexts;
+:func:`measure_cached` keeps each model's measurement at a step in a directory of small
+files, keyed by its weights and contexts, so that an export can reuse what an earlier
+process measured (the curve's snapshots while the run still trains; the last step split
+between processes, ``--warm``). :func:`layer_rows` gives the per-layer means with intervals over seeds and contexts;
 :func:`claims` the chapter's checked statements about them.
 Shapes: fractions [model][layer][context].
 """
@@ -15,6 +18,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
 
 
 import numpy as np
@@ -25,7 +32,7 @@ from lncourse.selectability.experiments import PAPER_TABLE1, PAPER_TABLE2, prefi
 from lncourse.selectability.lm import (VARIANTS, KeysLMConfig, build_model, held_out_contexts,
                                layer_vectors, tokenized)
 
-__all__ = ["Claim", "result_of", "models_at", "measure", "layer_rows", "overall", "curve",
+__all__ = ["Claim", "result_of", "models_at", "measure", "measure_cached", "layer_rows", "overall", "curve",
            "claims", "seeds_table", "PAPER"]
 
 
@@ -68,10 +75,52 @@ def measure(models: list, contexts: torch.Tensor) -> dict[str, list]:
     return out
 
 
+# bump when measure() changes what it returns: cached measurements of another version
+# are not reused
+MEASURE_VERSION = 1
+
+
+def _key(label: str, weights: dict, contexts: torch.Tensor) -> str:
+    """The variant is part of the key: at step 0 a seed's two variants share weights."""
+    h = hashlib.sha256(f"v{MEASURE_VERSION}:{label}".encode())
+    for k in sorted(weights):
+        h.update(k.encode() + weights[k].encode())
+    h.update(str(tuple(contexts.shape)).encode() + contexts.numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def measure_cached(result: dict, step: int, contexts: torch.Tensor,
+                   cache: Path | None, models=None) -> dict[str, list]:
+    """:func:`measure` of the models of ``result`` at snapshot ``step``, each model read
+    from ``cache`` (a directory) when a file for its weights and ``contexts`` is there,
+    else measured and written there (atomically); ``models`` limits it to some indices
+    (what a ``--warm`` process takes on)."""
+    out = {"before": [], "after": []}
+    nets = models_at(result, step)
+    for m in range(len(nets)) if models is None else models:
+        path = None if cache is None else \
+            Path(cache) / f"{_key(result['labels'][m], result['weights'][str(step)][m], contexts)}.json"
+        if path is not None and path.exists():
+            got = json.loads(path.read_text())
+        else:
+            got = {k: v[0] for k, v in measure([nets[m]], contexts).items()}
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(got))
+                os.replace(tmp, path)
+        for k in out:
+            out[k].append(got[k])
+    return out
+
+
 def result_of(cfg, state: dict, contexts: int | None = None,
-              curve_contexts: int = 4) -> dict:
+              curve_contexts: int = 4, cache: Path | None = None,
+              warm_models=None) -> dict:
     """The stored result of a checkpoint ``state`` of ``cfg`` (see the module docstring);
-    ``contexts`` overrides ``cfg.contexts`` (a partial export may measure fewer)."""
+    ``contexts`` overrides ``cfg.contexts`` (a partial export may measure fewer);
+    ``cache``: see :func:`measure_cached`; with ``warm_models`` (model indices) only
+    those models are measured, into the cache, and the result is not whole."""
     tok, _, test_ids = tokenized(cfg.lm)
     seeds = [seed for seed in cfg.seeds for _ in VARIANTS]     # as models_of orders them
     labels = [label for _ in cfg.seeds for label in VARIANTS]
@@ -93,9 +142,10 @@ def result_of(cfg, state: dict, contexts: int | None = None,
                        for s in sorted(snaps)},
            "contexts": ctx.tolist(), "measured_contexts": n_ctx,
            "curve_contexts": min(curve_contexts, n_ctx)}
-    out["curve"] = {str(s): measure(models_at(out, s), ctx[:curve_contexts])
+    out["curve"] = {str(s): measure_cached(out, s, ctx[:curve_contexts], cache, warm_models)
                     for s in sorted(snaps)}
-    out["final"] = measure(models_at(out), ctx)
+    if warm_models is None or state["step"] == cfg.lm.steps:   # warm the last step
+        out["final"] = measure_cached(out, max(snaps), ctx, cache, warm_models)  # at the end
     return out
 
 

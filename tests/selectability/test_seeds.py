@@ -1,6 +1,7 @@
 """The seeded Table 1 runs of chapter 2: export, measurement from the stored weights,
 claims, and the stored result (its final losses and n = 1,024 cells recomputed)."""
 
+import base64
 import json
 
 import numpy as np
@@ -24,11 +25,42 @@ def quick(tmp_path_factory):
     ck = tmp_path_factory.mktemp("seeds") / "q.ckpt"
     out, _ = train(cfg, ck, progress=False)
     result = json.loads(json.dumps(result_of(cfg, checkpoint_state(cfg, ck))))
-    return cfg, out, result
+    return cfg, out, result, ck
+
+
+def test_an_export_from_warmed_measurements_is_the_same(quick, tmp_path, monkeypatch):
+    """Two processes warm the cache with half of the models each; the export then measures
+    nothing and stores what a plain export stores (a cache keyed by the weights alone
+    would hand a variant the other's cells at step 0)."""
+    from lncourse.selectability import seeds_measure as S
+
+    cfg, _, result, ck = quick
+    state = checkpoint_state(cfg, ck)
+    cache = tmp_path / "cache"
+    S.result_of(cfg, state, cache=cache, warm_models=[0, 2])
+    S.result_of(cfg, state, cache=cache, warm_models=[1, 3])
+    # 4 models x 3 snapshots (the final cells at step 20 are its curve's: same contexts);
+    # at step 0 a seed's two variants share their weights, not their cells
+    assert len(list(cache.iterdir())) == 4 * 3
+
+    def no_measuring(*a, **k):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(S, "measure", no_measuring)
+    again = json.loads(json.dumps(S.result_of(cfg, state, cache=cache)))
+    assert again == result
+    monkeypatch.undo()
+    other = json.loads(json.dumps(result))          # other weights must not hit the cache
+    for w in other["weights"]["20"]:
+        name = sorted(w)[0]                         # one tensor's bytes reversed
+        w[name] = base64.b64encode(base64.b64decode(w[name])[::-1]).decode()
+    with pytest.raises(AssertionError, match="measured again"):
+        monkeypatch.setattr(S, "measure", no_measuring)
+        S.measure_cached(other, 20, torch.tensor(result["contexts"]), cache, [0])
 
 
 def test_stored_weights_are_the_trained_ones(quick):
-    cfg, out, result = quick
+    cfg, out, result, _ = quick
     assert result["snapshot_steps_done"] == [0, 10, 20] and result["steps_done"] == 20
     for m, model in enumerate(models_at(result)):
         for name, p in model.named_parameters():
@@ -40,7 +72,7 @@ def test_stored_weights_are_the_trained_ones(quick):
 
 
 def test_rows_curve_and_claims(quick):
-    _, _, result = quick
+    _, _, result, _ = quick
     rows = layer_rows(result)
     for key, layers in rows.items():
         assert len(layers) == 2 and all(lo <= mean <= hi for mean, lo, hi in layers), key
