@@ -32,7 +32,7 @@ from lncourse.selectability.experiments import PAPER_TABLE1, PAPER_TABLE2, prefi
 from lncourse.selectability.lm import (VARIANTS, KeysLMConfig, build_model, held_out_contexts,
                                layer_vectors, tokenized)
 
-__all__ = ["Claim", "result_of", "models_at", "measure", "measure_cached", "layer_rows", "overall", "curve",
+__all__ = ["Claim", "result_of", "models_at", "measure", "measure_cached", "late_change", "layer_rows", "overall", "curve",
            "claims", "seeds_table", "PAPER"]
 
 
@@ -199,6 +199,25 @@ def curve(result: dict, label: str, q: str = "after") -> tuple[list[int], np.nda
 # export, after its curve was seen; the 14,000-step export found it broken after step
 # 6,000, and the claim now states that (see claims()).
 PLATEAU_FROM, PLATEAU_BAND, PLATEAU_SET_AT = 1000, 3.0, 6000
+# The test of convergence for the finished run, written down on 2026-11-27 while the run
+# was at step 21,700 and before any export past step 14,000: Table 1's quantity has
+# settled if its change over the last 10,000 steps (paired by model and curve context)
+# has a 95% interval inside +-2 points.
+SETTLE_SINCE, SETTLE_BAND = 24000, 2.0
+
+
+def late_change(result: dict, label: str, q: str = "after", since: int | None = None
+                ) -> tuple:
+    """The change of the fraction (mean over layers) from step ``since`` to the last
+    stored step (``since`` defaults to ``SETTLE_SINCE``), on the curve's contexts, paired
+    by model and context, in points, with the interval of :func:`_bootstrap`: (mean,
+    low, high)."""
+    since = SETTLE_SINCE if since is None else since
+    last = str(result["snapshot_steps_done"][-1])
+    idx = [m for m, lab in enumerate(result["labels"]) if lab == label]
+    a = np.asarray([result["curve"][str(since)][q][m] for m in idx]).mean(axis=1)
+    b = np.asarray([result["curve"][last][q][m] for m in idx]).mean(axis=1)
+    return _bootstrap(b - a)
 
 PAPER = {("no scaling before attention", "after"): PAPER_TABLE1["without scaling"],
          ("full LayerNorm", "after"): PAPER_TABLE1["with scaling"],
@@ -253,6 +272,14 @@ def claims(result: dict) -> list[Claim]:
             f"{left if left is None else format(left, ',')} and is {level[-1]:.1f}% at "
             f"step {steps[-1]:,}.",
             bool(band[:len(seen)].all() and not band.all() and level[-1] < level[0])))
+    if done == total and str(SETTLE_SINCE) in result["curve"]:
+        d = late_change(result, nos)
+        out.append(Claim(
+            "settled", f"Over its last {done - SETTLE_SINCE:,} steps, Table 1's quantity "
+            f"changed by {d[0]:+.1f} points [{d[1]:+.1f}, {d[2]:+.1f}] (paired by model "
+            f"and context): {'inside' if -SETTLE_BAND < d[1] and d[2] < SETTLE_BAND else 'not inside'} "
+            f"the ±{SETTLE_BAND:.0f} points set in advance for a settled count.",
+            bool(-SETTLE_BAND < d[1] and d[2] < SETTLE_BAND)))
     for key, paper in PAPER.items():
         ours = rows[key]
         gaps = [o[0] - p for o, p in zip(ours, paper)]

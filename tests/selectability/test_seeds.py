@@ -2,6 +2,7 @@
 claims, and the stored result (its final losses and n = 1,024 cells recomputed)."""
 
 import base64
+import copy
 import json
 
 import numpy as np
@@ -165,3 +166,23 @@ def test_the_plateau_claim_states_what_the_steps_after_its_prediction_show():
     early = json.loads(path.read_text())         # the band already broken at step 4,000
     early["curve"]["4000"] = early["curve"][str(early["snapshot_steps_done"][-1])]
     assert plateau(early).holds is False
+
+
+def test_the_settled_claim_reads_the_last_steps_change(quick, monkeypatch):
+    from lncourse.selectability import seeds_measure as S
+
+    _, _, result, _ = quick
+    monkeypatch.setattr(S, "SETTLE_SINCE", 10)
+    flat = json.loads(json.dumps(result))
+    flat["curve"]["20"] = copy.deepcopy(flat["curve"]["10"])
+    got = {c.key: c for c in claims(flat)}["settled"]
+    assert got.holds is True and "+0.0 points" in got.text
+    moved = json.loads(json.dumps(flat))
+    for m, label in enumerate(moved["labels"]):
+        if label == "no scaling before attention":
+            moved["curve"]["20"]["after"][m] = [[min(1.0, v + 0.05) for v in layer]
+                                                for layer in moved["curve"]["10"]["after"][m]]
+    assert {c.key: c for c in claims(moved)}["settled"].holds is False
+    short = json.loads(json.dumps(flat))
+    short["steps_done"] = 15                        # an unfinished run states no verdict
+    assert "settled" not in {c.key for c in claims(short)}
