@@ -16,8 +16,16 @@ error, per model, probe and depth, this module measures from the held-out predic
   clipped to the positions. It says how low the error would be if the probe's answer
   were scaled and centred well.
 
-:func:`summary` gives each over seeds (mean and 95% t interval per depth);
-:func:`claims` are the chapter's sentences on the run, each checked. Shapes: a
+:func:`readings` computes the three for every finished model. The predictions are too
+large for the installed package (and a Colab reader installs it), so the readings are
+stored beside them, small, by::
+
+    python -m lncourse.nope.stream_report
+
+and ``tests/nope/test_stream_report.py`` recomputes them from the predictions. The
+chapter reads the stored run and its readings: :func:`summary` gives each over seeds
+(mean and 95% t interval per depth); :func:`claims` are the chapter's sentences on the
+run, each checked. Shapes: a
 prediction array is (K + 1 depths, N * T), the N held-out sequences of T positions one
 after another, as :func:`lncourse.nope.stream.errors` reads it.
 """
@@ -31,10 +39,20 @@ from lncourse.nope.verdict import _ci, claims as figure2_claims
 from lncourse.results import RESULTS_DIR
 from lncourse.summary import paired_interval
 
-__all__ = ["PROBES", "load_predictions", "correlation", "spread", "recalibrated", "model_arrays", "summary", "claims",
+__all__ = ["PROBES", "STATED_HOLDS", "STATED_FAILS", "READINGS", "load_predictions",
+           "readings", "load_readings", "main", "correlation", "spread", "recalibrated", "model_arrays", "summary", "claims",
            "BF16_TOLERANCE"]
 
 PROBES = ("classifier", "regression")
+READINGS = "nope/stream_paper_readings"
+MEASURES = ("corr", "spread", "recal")
+# what chapter 4's prose states of the stored run: these claims hold, these do not
+# (the chapter asserts both; tests/nope/test_ledger.py checks them on the stored run)
+STATED_HOLDS = ("stream_reads_position", "stream_control_reads_nothing", "stream_too_wide",
+                "stream_recalibrated_below", "stream_bfloat16")
+STATED_FAILS = ("stream_classifier_below_baseline", "stream_regression_below_baseline",
+                "stream_classifier_reproduces_figure2",
+                "stream_regression_reproduces_figure2")
 BF16_TOLERANCE = 2.0       # positions: what bfloat16 training features may move an error
 
 
@@ -92,27 +110,53 @@ def recalibrated(pred, seq_len: int) -> list[float]:
     return (err / p.shape[1]).tolist()
 
 
-def model_arrays(stored: dict, predictions) -> dict:
-    """kind -> probe -> {"seeds", "mae", "mae_bfloat16", "corr", "spread", "recal"}, the
-    last five (seeds, K + 1) arrays: the stored errors and, from the held-out
-    predictions, the correlation, the spread and the recalibrated error of every finished
-    model."""
+def readings(stored: dict, predictions) -> dict:
+    """kind -> probe -> {"seeds", "corr", "spread", "recal"}: per finished model (in the
+    stored order) the correlation, spread and recalibrated error per depth, from its
+    held-out predictions."""
     T = stored["config"]["seq_len"]
+    out = {}
+    for kind, runs in stored["results"].items():
+        if runs:
+            out[kind] = {probe: {"seeds": [r["seed"] for r in runs], **{
+                q: [f(predictions[f"{kind}_{r['seed']}_{probe}"], T) for r in runs]
+                for q, f in zip(MEASURES, (correlation, spread, recalibrated))}}
+                for probe in PROBES}
+    return out
+
+
+def load_readings(stored: dict) -> dict:
+    """The stored readings of ``stored`` (``nope/stream_paper_readings.json``); refused
+    if they were computed from another version of the run."""
+    from lncourse.results import load_result
+
+    got = load_result(READINGS)
+    if got["source_written"] != stored["provenance"]["written"]:
+        raise ValueError(f"{READINGS}.json was computed from another stored run "
+                         "(rewrite it: python -m lncourse.nope.stream_report)")
+    return got["readings"]
+
+
+def model_arrays(stored: dict, reads: dict) -> dict:
+    """kind -> probe -> {"seeds", "mae", "mae_bfloat16", "corr", "spread", "recal"}, the
+    last five (seeds, K + 1) arrays: the stored errors and the readings (:func:`readings`)
+    of every finished model."""
     out = {}
     for kind, runs in stored["results"].items():
         if not runs:
             continue
         out[kind] = {}
         for probe in PROBES:
-            preds = [predictions[f"{kind}_{r['seed']}_{probe}"] for r in runs]
+            r = reads[kind][probe]
+            if r["seeds"] != [m["seed"] for m in runs]:
+                raise ValueError(f"the readings of {kind} {probe} are of models "
+                                 f"{r['seeds']}, the run's are {[m['seed'] for m in runs]}")
             out[kind][probe] = {
-                "seeds": [r["seed"] for r in runs],
-                "mae": np.array([r[f"mae_{probe}"] for r in runs]),
-                "mae_bfloat16": np.array([r.get(f"mae_{probe}_bfloat16", r[f"mae_{probe}"])
-                                          for r in runs]),
-                "corr": np.array([correlation(p, T) for p in preds]),
-                "spread": np.array([spread(p, T) for p in preds]),
-                "recal": np.array([recalibrated(p, T) for p in preds])}
+                "seeds": r["seeds"],
+                "mae": np.array([m[f"mae_{probe}"] for m in runs]),
+                "mae_bfloat16": np.array([m.get(f"mae_{probe}_bfloat16", m[f"mae_{probe}"])
+                                          for m in runs]),
+                **{q: np.array(r[q], dtype=float) for q in MEASURES}}
     return out
 
 
@@ -123,13 +167,13 @@ def _per_depth(a: np.ndarray) -> list:
                                       else (None, None))) for k in range(a.shape[1])]
 
 
-def summary(stored: dict, predictions) -> dict:
+def summary(stored: dict, reads: dict) -> dict:
     """kind -> probe -> {"mae", "corr", "spread", "recal": per depth (mean, low, high)}
     and ``seeds``."""
     return {kind: {probe: {"seeds": v["seeds"], **{q: _per_depth(v[q]) for q in
                                                    ("mae", "corr", "spread", "recal")}}
                    for probe, v in probes.items()}
-            for kind, probes in model_arrays(stored, predictions).items()}
+            for kind, probes in model_arrays(stored, reads).items()}
 
 
 def _mean_1_to_k(a: np.ndarray):
@@ -137,7 +181,7 @@ def _mean_1_to_k(a: np.ndarray):
     return paired_interval(m) if len(m) > 1 else None
 
 
-def claims(stored: dict, predictions, ablation: dict | None = None) -> list[Claim]:
+def claims(stored: dict, reads: dict, ablation: dict | None = None) -> list[Claim]:
     """The chapter's sentences on the stored run, checked (None while too few models have
     finished): the comparison with Figure 2 for each probe; that the causal probes'
     answers carry the position at every depth from 1 on and none at depth 0; that the
@@ -145,7 +189,7 @@ def claims(stored: dict, predictions, ablation: dict | None = None) -> list[Clai
     below guessing the middle; what the data adds over the ablation's base probe (the
     same frozen models, paired by seed); and that bfloat16 training features move no
     error by as much as 2 positions."""
-    arr = model_arrays(stored, predictions)
+    arr = model_arrays(stored, reads)
     base = stored["baseline"]
     out = []
     for probe in PROBES:
@@ -222,3 +266,33 @@ def _more_data(stored: dict, causal: dict, ablation: dict) -> Claim:
         f"{len(both)} seeds: " + "; ".join(f"depth {k}: {_ci(e, '{:+.1f}')}"
                                            for k, e in zip(depths, d)) + ").",
         bool(d[-1][2] < 0))
+
+
+def main(argv: list[str] | None = None):
+    """``python -m lncourse.nope.stream_report``: store the readings of the stored run."""
+    import argparse
+    import time
+
+    from lncourse.results import _git_commit, command_line, load_result, store_run
+
+    argparse.ArgumentParser(prog="python -m lncourse.nope.stream_report",
+                            description="Store the readings (correlation, spread, "
+                            "recalibrated error) of chapter 4's all-positions probe run."
+                            ).parse_args(argv)
+    t0 = time.perf_counter()
+    stored = load_result("nope/stream_paper")
+    payload = {"config": {"source": "nope/stream_paper.json", "measures": list(MEASURES),
+                          "recalibration": "least-squares line, fitted on even held-out "
+                          "sequences and scored on odd ones, and the other way round"},
+               "source": "nope/stream_paper.json",
+               "source_written": stored["provenance"]["written"],
+               "readings": readings(stored, load_predictions(stored))}
+    started = {"command": command_line("lncourse.nope.stream_report", argv),
+               "git_commit": _git_commit()}
+    return store_run(RESULTS_DIR / f"{READINGS}.json", payload, "cpu",
+                     time.perf_counter() - t0, started,
+                     device_note="computed from stored predictions")
+
+
+if __name__ == "__main__":
+    main()

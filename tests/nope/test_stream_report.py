@@ -11,6 +11,7 @@ import pytest
 
 from lncourse.nope import stream_report as R
 from lncourse.nope.stream import errors
+from lncourse.results import RESULTS_DIR, load_result
 
 T = 64
 
@@ -75,7 +76,7 @@ def _stored(noise=8.0, bi_reads=False, causal_reads=True, scale=1.0):
 
 
 def _holds(stored, preds, ablation):
-    return {c.key: c.holds for c in R.claims(stored, preds, ablation)}
+    return {c.key: c.holds for c in R.claims(stored, R.readings(stored, preds), ablation)}
 
 
 def test_the_sentences_hold_where_the_probe_reads_the_position():
@@ -109,5 +110,36 @@ def test_each_sentence_fails_on_contrary_numbers():
 def test_too_few_models_say_so():
     stored, preds, abl = _stored()
     stored["results"] = {"causal": stored["results"]["causal"][:1], "bidirectional": []}
-    got = R.claims(stored, preds, abl)
+    got = R.claims(stored, R.readings(stored, preds), abl)
     assert [c.holds for c in got if c.key == "stream_reads"] == [None]
+
+
+def test_readings_of_other_models_are_refused():
+    stored, preds, abl = _stored()
+    reads = R.readings(stored, preds)
+    reads["causal"]["classifier"]["seeds"] = [0, 2, 1]
+    with pytest.raises(ValueError, match="models"):
+        R.claims(stored, reads, abl)
+
+
+STREAM = RESULTS_DIR / "nope" / "stream_paper.json"
+
+
+@pytest.mark.skipif(not STREAM.exists(), reason="no stored stream run")
+def test_stored_readings_recompute_from_the_predictions():
+    """The stored readings (correlation, spread, recalibrated error per model, probe and
+    depth) are those of the stored predictions, of the stored run's version (edit a
+    prediction or a reading and this fails)."""
+    stored = load_result("nope/stream_paper")
+    got = R.readings(stored, R.load_predictions(stored))
+    kept = R.load_readings(stored)
+    assert got.keys() == kept.keys()
+    for kind in got:
+        for probe in R.PROBES:
+            assert got[kind][probe]["seeds"] == kept[kind][probe]["seeds"]
+            for q in R.MEASURES:
+                assert np.array(kept[kind][probe][q]) == pytest.approx(
+                    np.array(got[kind][probe][q]), abs=1e-12), (kind, probe, q)
+    other = {**stored, "provenance": {**stored["provenance"], "written": "another day"}}
+    with pytest.raises(ValueError, match="another stored run"):
+        R.load_readings(other)
