@@ -3,8 +3,9 @@
 :func:`reported` recomputes, from ``nope/probe_paper.json`` (the position probe at the
 paper's size), ``nope/ablation_cpu.json`` (what each choice of the probe does) and
 ``nope/features_benchmark.json`` (labelled positions per CPU-hour),
-``nope/decode_cpu.json`` (the ablation's classifier read by argmax, median and mean) and
-``nope/trained_lm.json`` (the trained NoPE language model), each number the
+``nope/decode_cpu.json`` (the ablation's classifier read by argmax, median and mean),
+``nope/stream_paper.json`` with its held-out predictions (the all-positions probe at the
+paper's size) and ``nope/trained_lm.json`` (the trained NoPE language model), each number the
 chapter prints, plots or glues from them: the line that says what ran
 (:func:`lncourse.results.describe`); per model of the probe run its error at every depth
 and its baseline, per kind the means, standard deviations and 95% intervals per depth,
@@ -14,7 +15,11 @@ table's cells (mean and interval over seeds), the claims, the glued deepest mean
 baselines; the chapter's own sentences on them (:func:`verdict.page_claims`); the
 benchmark's speed-ups and bfloat16's feature error per depth; per seed and reading of
 the classifier its errors, the table's cells and the sentences on them
-(:func:`verdict.decode_claims`); the trained model's loss
+(:func:`verdict.decode_claims`); per model of the all-positions run its errors, and per
+kind, probe and depth the error, the correlation of the answer with the position and the
+recalibrated error (from the stored readings, which a test recomputes from the
+predictions) with their intervals, and the
+sentences on them (:func:`stream_report.claims`); the trained model's loss
 curve, its per-layer slopes and uniformities before and after training (recomputed from
 its stored curves) and the sentences on them (:func:`verdict.trained_claims`). The ledger
 ``results/nope/reported.json`` holds them, written by::
@@ -23,8 +28,8 @@ its stored curves) and the sentences on them (:func:`verdict.trained_claims`). T
 
 and ``tests/nope/test_ledger.py`` recomputes them and compares (:mod:`lncourse.claims`):
 editing any stored value they depend on, or the ledger, fails. The ablation's errors are
-recomputed from its stored held-out predictions as well
-(``tests/nope/test_stream.py``); the probe run stores neither predictions nor probe
+recomputed from their stored held-out predictions as well
+(``tests/nope/test_stream.py``), and so are the all-positions run's; the first probe run stores neither predictions nor probe
 weights, so its errors are guarded by the ledger and the replay of its first steps.
 """
 
@@ -34,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.claims import ledger_main
-from lncourse.nope import probe, verdict
+from lncourse.nope import probe, stream_report, verdict
 from lncourse.results import RESULTS_DIR, describe, load_result
 from lncourse.summary import paired_interval
 
@@ -42,14 +47,16 @@ __all__ = ["SOURCES", "load_runs", "reported", "main"]
 
 SOURCES = {"probe": "nope/probe_paper", "ablation": "nope/ablation_cpu",
            "features": "nope/features_benchmark", "decode": "nope/decode_cpu",
-           "trained": "nope/trained_lm"}
+           "trained": "nope/trained_lm", "stream": "nope/stream_paper"}
 LEDGER = "nope/reported"
 
 
 def load_runs() -> dict:
     """The stored files chapter 4 reads: {"probe", "ablation", "features", "decode",
-    "trained"} -> result."""
-    return {key: load_result(name) for key, name in SOURCES.items()}
+    "trained", "stream"} -> result, and "stream_readings" (what the all-positions run's
+    answers carry, :func:`stream_report.load_readings`)."""
+    runs = {key: load_result(name) for key, name in SOURCES.items()}
+    return {**runs, "stream_readings": stream_report.load_readings(runs["stream"])}
 
 
 def _probe(stored: dict) -> dict:
@@ -114,13 +121,30 @@ def _decode(decode: dict) -> dict:
             "claims": {c.key: c for c in verdict.decode_claims(decode)}}
 
 
+def _stream(stored: dict, reads: dict, ablation: dict) -> dict:
+    """The all-positions probe run: what ran, per model its stored errors, the summary
+    over seeds recomputed from the predictions, and the chapter's sentences on it."""
+    return {"describe": describe(stored), "complete": stored["complete"],
+            "models_done": stored["models_done"],
+            "config": {k: stored["config"][k] for k in (
+                "train_seqs", "eval_seqs", "updates", "update_positions", "hidden", "lr",
+                "dtype", "seeds", "bidirectional_seeds", "seq_len", "n_layers")},
+            "baseline": stored["baseline"],
+            "per_model": {kind: {str(r["seed"]): {k: v for k, v in r.items()
+                                                  if k.startswith("mae_")}
+                                 for r in runs} for kind, runs in stored["results"].items()},
+            "summary": stream_report.summary(stored, reads),
+            "claims": {c.key: c for c in stream_report.claims(stored, reads, ablation)}}
+
+
 def reported(probe: dict, ablation: dict, features: dict, decode: dict,
-             trained: dict) -> dict:
+             trained: dict, stream: dict, stream_readings: dict) -> dict:
     """Every number chapter 4 reports from these stored files (see the module's
     docstring)."""
     return {"probe_paper": _probe(probe), "ablation_cpu": _ablation(ablation),
             "page_claims": _page(probe, ablation), "trained_lm": _trained(trained),
             "decode_cpu": _decode(decode),
+            "stream_paper": _stream(stream, stream_readings, ablation),
             "features_benchmark": {
                 "describe": describe(features),
                 "speedup_per_cpu_hour": features["speedup_per_cpu_hour"],
@@ -133,7 +157,9 @@ def main(argv: list[str] | None = None):
     return ledger_main("lncourse.nope.ledger", __doc__.split("\n\n")[0],
                        RESULTS_DIR / f"{LEDGER}.json",
                        lambda: (reported(**load_runs()),
-                                {k: f"{v}.json" for k, v in SOURCES.items()}), argv)
+                                {**{k: f"{v}.json" for k, v in SOURCES.items()},
+                                 "stream_readings": f"{stream_report.READINGS}.json"}),
+                       argv)
 
 
 if __name__ == "__main__":

@@ -52,13 +52,18 @@ def _edit(runs, what):
         runs["trained"]["history"]["test_loss"][-1] += 0.01
     elif what == "a decoded error":                 # seed 2's median at depth 6
         runs["decode"]["runs"][2]["mae"]["median"][1] -= 0.5
+    elif what == "an all-positions error":          # causal seed 1's classifier, depth 6
+        runs["stream"]["results"]["causal"][1]["mae_classifier"][6] += 0.5
+    elif what == "an all-positions reading":        # seed 0's regression, depth 12
+        runs["stream_readings"]["causal"]["regression"]["corr"][0][12] += 0.01
     return runs
 
 
 @pytest.mark.parametrize("what", ["deepest probe error", "bidirectional depth 6",
                                   "ablation cell", "ablation baseline", "speed-up",
                                   "bfloat16 error", "a trained curve", "a uniformity",
-                                  "the final test loss", "a decoded error"])
+                                  "the final test loss", "a decoded error",
+                                  "an all-positions error", "an all-positions reading"])
 def test_an_edited_stored_number_fails_the_ledger(runs, what):
     assert C.compare(L.reported(**_edit(runs, what)), C.load_ledger(LEDGER)), what
 
@@ -67,6 +72,12 @@ def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
     from lncourse.nope import verdict
     got = verdict.page_claims(runs["probe"], runs["ablation"]) \
         + verdict.trained_claims(runs["trained"]) + verdict.decode_claims(runs["decode"])
+    from lncourse.nope import stream_report
+    stream = {c.key: c for c in stream_report.claims(runs["stream"], runs["stream_readings"],
+                                                     runs["ablation"])}
+    got += [stream[k] for k in stream_report.STATED_HOLDS]
+    stated_false = [k for k in stream_report.STATED_FAILS if stream[k].holds is not False]
+    assert not stated_false, [stream[k].text for k in stated_false]
     assert not C.check_claims(got), [c.text for c in got if not c.holds]
 
 
