@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.claims import Claim
-from lncourse.nope.verdict import _ci, claims as figure2_claims
+from lncourse.nope.verdict import _ci, _interval, claims as figure2_claims
 from lncourse.results import RESULTS_DIR
 from lncourse.summary import paired_interval
 
@@ -177,8 +177,9 @@ def summary(stored: dict, reads: dict) -> dict:
 
 
 def _mean_1_to_k(a: np.ndarray):
-    m = a[:, 1:].mean(1)
-    return paired_interval(m) if len(m) > 1 else None
+    """The mean over depths 1 ... K per model, then over models with its interval (as
+    :func:`lncourse.nope.verdict.summary`'s ``mean_1_to_K``)."""
+    return _interval(a[:, 1:].mean(1))
 
 
 def claims(stored: dict, reads: dict, ablation: dict | None = None) -> list[Claim]:
