@@ -1,0 +1,167 @@
+"""Table 1 at the released code's checkpoint: the no-scaling models on to step 50,000.
+
+The released ``unselectable/layer_norm_unselectable_layer.py`` measures Table 1 (no
+scaling before attention) on ``gpt2_no_scale/checkpoint-50000`` and Table 2 (full
+LayerNorm) on ``gpt2_scale/checkpoint-34000``. The seeded run of
+:mod:`lncourse.selectability.seeds` stopped both at 34,000. This module takes its
+finished checkpoint, keeps the three no-scaling models (weights, AdamW moments, data
+generators, histories and snapshots) and trains them on to 50,000 steps with the same
+constant learning rate and the same windows, so the continuation is the run the seeded
+command would have made with 50,000 steps (the optimiser has no schedule). The
+full-LayerNorm models stay at 34,000, as in the released code. Resumes from its own
+checkpoint (saved atomically at every evaluation, every 100 steps)::
+
+    python -m lncourse.selectability.seeds_continue --preset table1 --quiet
+
+Shapes: stacked parameters (M, ...), M models.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from lncourse.checkpoint import load_checkpoint, save_checkpoint
+from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started
+from lncourse.selectability.lm import VARIANTS, build_model, tokenized
+from lncourse.selectability.seeds import SeedsConfig, checkpoint_state
+from lncourse.selectability.train import train_fused
+
+__all__ = ["ContinueConfig", "PRESETS", "LABEL", "continuation_state", "train", "main"]
+
+LABEL = "no scaling before attention"
+
+
+@dataclass(frozen=True)
+class ContinueConfig:
+    """The source run (a :class:`SeedsConfig`, finished), the variant carried on, the
+    step to reach and the extra snapshot steps kept on the way."""
+
+    source: SeedsConfig = SeedsConfig.table1()
+    label: str = LABEL
+    steps: int = 50_000
+    extra_snapshots: tuple[int, ...] = tuple(range(36_000, 50_001, 2_000))
+
+    def __post_init__(self):
+        if self.label not in VARIANTS:
+            raise ValueError(f"label must be one of {sorted(VARIANTS)}, got {self.label!r}")
+        if self.steps <= self.source.lm.steps:
+            raise ValueError(f"steps ({self.steps}) must exceed the source run's "
+                             f"{self.source.lm.steps}")
+        bad = [s for s in self.extra_snapshots
+               if s <= self.source.lm.steps or s > self.steps
+               or s % self.source.lm.eval_every]
+        if bad:
+            raise ValueError(f"extra snapshots must be evaluation steps after the source "
+                             f"run's end and not past {self.steps}: {bad}")
+
+    @property
+    def lm(self):
+        return dataclasses.replace(self.source.lm, steps=self.steps)
+
+    @property
+    def snapshot_steps(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.source.snapshot_steps) | set(self.extra_snapshots)))
+
+    @classmethod
+    def table1(cls) -> "ContinueConfig":
+        return cls()
+
+    @classmethod
+    def quick(cls) -> "ContinueConfig":
+        """The tests' size: the quick seeded run (20 steps) carried on to 40."""
+        return cls(source=SeedsConfig.quick(), steps=40, extra_snapshots=(30, 40))
+
+
+PRESETS = {"table1": ContinueConfig.table1, "quick": ContinueConfig.quick}
+
+
+def _kept(cfg: ContinueConfig) -> list[int]:
+    """Indices, in the source run's order (seed by seed, variant by variant), of the
+    models carried on."""
+    labels = [label for _ in cfg.source.seeds for label in VARIANTS]
+    return [m for m, label in enumerate(labels) if label == cfg.label]
+
+
+def continuation_state(cfg: ContinueConfig, source: dict) -> dict:
+    """The checkpoint :func:`train_fused` resumes from, cut out of the finished source
+    checkpoint ``source``: the kept models' weights, AdamW moments, histories and
+    snapshots; the data generators as they were (the kept models read their seed's
+    windows, which the dropped models shared); ``elapsed`` 0 (this run's own time)."""
+    if source["step"] != cfg.source.lm.steps:
+        raise ValueError(f"the source run is at step {source['step']}, not its last step "
+                         f"{cfg.source.lm.steps}: finish it first")
+    keep = _kept(cfg)
+    M = len(source["config"]["seeds"])
+
+    def cut(t):
+        return t[keep].clone() if isinstance(t, torch.Tensor) and t.dim() and \
+            t.shape[0] == M else t
+
+    opt = source["optimizer"]
+    optimizer = {"state": {k: {n: cut(v) for n, v in st.items()}
+                           for k, st in opt["state"].items()},
+                 "param_groups": opt["param_groups"]}
+    config = {**source["config"], "steps": cfg.steps,
+              "seeds": [source["config"]["seeds"][m] for m in keep],
+              "models": [source["config"]["models"][m] for m in keep],
+              "snapshot_steps": list(cfg.snapshot_steps)}
+    return {"config": config, "params": {k: cut(p) for k, p in source["params"].items()},
+            "optimizer": optimizer, "generators": source["generators"],
+            "histories": [source["histories"][m] for m in keep],
+            "snapshots": {k: {n: cut(p) for n, p in v.items()}
+                          for k, v in source["snapshots"].items()},
+            "step": source["step"], "elapsed": 0.0,
+            "source_elapsed": source["elapsed"]}
+
+
+def paths(preset: str) -> tuple[Path, Path]:
+    """The source checkpoint and this run's."""
+    ck = RESULTS_DIR / "checkpoints"
+    return (ck / f"selectability_seeds_{preset}.ckpt",
+            ck / f"selectability_seeds_{preset}_{PRESETS[preset]().steps}.ckpt")
+
+
+def train(cfg: ContinueConfig, source_ckpt: Path, ckpt: Path, progress: bool = True
+          ) -> tuple[dict, dict]:
+    """Carry the kept models of ``source_ckpt`` on to ``cfg.steps`` (resuming from
+    ``ckpt`` when it exists, else writing it from the source first)."""
+    if load_checkpoint(ckpt, kind="lm_fused") is None:
+        save_checkpoint(ckpt, continuation_state(cfg, checkpoint_state(cfg.source,
+                                                                        source_ckpt)),
+                        kind="lm_fused")
+    tok, train_ids, test_ids = tokenized(cfg.lm)
+    keep = _kept(cfg)
+    seeds = [seed for seed in cfg.source.seeds for _ in VARIANTS]
+    models = [build_model(dataclasses.replace(cfg.lm, seed=seeds[m]), tok.vocab_size,
+                          VARIANTS[cfg.label]) for m in keep]
+    timing: dict = {}
+    lm = cfg.lm
+    out = train_fused(models, [seeds[m] for m in keep], train_ids, test_ids,
+                      steps=lm.steps, batch_size=lm.batch_size, block_size=lm.block_size,
+                      lr=lm.lr, eval_every=lm.eval_every, eval_batches=lm.eval_batches,
+                      snapshot_steps=cfg.snapshot_steps, checkpoint_path=ckpt,
+                      progress=progress, timing=timing)
+    return out, timing
+
+
+def main(argv: list[str] | None = None) -> Path:
+    """Train (resuming) the continuation of a preset; returns its checkpoint."""
+    parser = run_arguments("lncourse.selectability.seeds_continue", "Carry chapter 2's "
+                           "no-scaling seeded models on to the released code's Table 1 "
+                           "checkpoint (step 50,000).", PRESETS)
+    args = parser.parse_args(argv)
+    cfg = PRESETS[args.preset]()
+    source, ckpt = paths(args.preset)
+    run_started(ckpt, command_line("lncourse.selectability.seeds_continue", argv))
+    _, timing = train(cfg, source, ckpt, progress=not args.quiet)
+    print(json.dumps({"checkpoint": str(ckpt), "seconds": timing.get("seconds")}))
+    return ckpt
+
+
+if __name__ == "__main__":
+    main()
