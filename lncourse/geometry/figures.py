@@ -12,7 +12,7 @@ from lncourse.plotting.interactive import interactive_figure
 from lncourse.plotting.space3d import draw_ones, draw_plane, frame_3d, plane_basis
 from lncourse.plotting.style import COLORS, figure_and_axes, legend_below
 
-__all__ = ["ln_pipeline_3d", "plane_to_two_points", "ellipse_in_plane", "variance_errors",
+__all__ = ["ln_pipeline_3d", "ln_pipeline_demo", "plane_to_two_points", "ellipse_in_plane", "variance_errors",
            "attention_inputs", "folding_errors", "explore_ln_3d"]
 
 
@@ -27,28 +27,83 @@ def _draw_circle(ax, radius: float, center=(0.0, 0.0, 0.0), gamma=(1.0, 1.0, 1.0
             lw=1.5, label=label)
 
 
-def ln_pipeline_3d(points, projected, scaled, elev: float = 20.0, azim: float = 35.0,
-                   ax=None) -> Figure:
-    """Three panels in R^3: a cloud, its projection onto x+y+z=0, and its scaling.
+PIPELINE_GAMMA = (1.6, 0.7, 1.1)    # the gamma and beta that Figure 1.1 draws, the ones
+PIPELINE_BETA = (0.5, -0.3, 0.8)    # chapter 1's ellipse section measures
 
-    points, projected, scaled: (n, 3) arrays (input, f(x), g(f(x))). ``ax``: three 3-D
-    axes, or None for a new figure.
+
+def _segments(ax, starts, ends, color, every: int = 1) -> None:
+    """Thin lines from each start to its end (every ``every``-th pair)."""
+    for a, b in zip(starts[::every], ends[::every]):
+        ax.plot(*np.stack([a, b]).T, color=color, lw=0.6, alpha=0.55)
+
+
+def ln_pipeline_3d(points, projected, scaled, gamma=PIPELINE_GAMMA, beta=PIPELINE_BETA,
+                   elev: float = 20.0, azim: float = 35.0, side_view=(8.0, -40.0),
+                   ax=None) -> Figure:
+    """LayerNorm's three steps in R^3, one panel each, in one row.
+
+    1. centring: each input x (grey) moves along 1 (thin lines, all parallel to the
+       arrow) to Px on the plane x1 + x2 + x3 = 0 (green);
+    2. scaling: each Px moves along its own ray from 0 (thin lines) to the circle of
+       radius sqrt(3) in that plane (blue);
+    3. the affine map gamma * y + beta takes the circle to an ellipse around beta (purple).
+
+    points, projected, scaled: (n, 3) arrays (x, f(x), g(f(x))); gamma, beta: (3,).
+    The first panel is seen from ``side_view`` (elevation, azimuth), nearly along the
+    plane, so the moves along 1 show as parallel lines; the other two from (``elev``,
+    ``azim``), nearly along 1, so the circle and the ellipse show their shape.
+    ``ax``: three 3-D axes, or None for a new figure (one row, narrow enough for the
+    site's column, so it is never split into rows).
     """
     points, projected, scaled = map(np.asarray, (points, projected, scaled))
-    fig, axes = figure_and_axes(ax, 3, width=12, height=4.2, projection="3d")
-    lim = float(np.abs(points).max()) * 1.05
-    panels = [(points, COLORS["input"], "input x"),
-              (projected, COLORS["projected"], "centred: f(x) = Px"),
-              (scaled, COLORS["scaled"], "scaled: g(f(x)), radius √3")]
-    for i, (a, (pts, color, title)) in enumerate(zip(axes, panels)):
-        if i > 0:
-            draw_plane(a, lim)
-        if i == 2:
-            _draw_circle(a, math.sqrt(3))
-        a.scatter(pts[:, 0], pts[:, 1], pts[:, 2], s=6, color=color, depthshade=False)
-        draw_ones(a, lim * 0.8)
-        frame_3d(a, lim, elev, azim, title)
+    gamma, beta = np.asarray(gamma, dtype=float), np.asarray(beta, dtype=float)
+    affine = scaled * gamma + beta
+    fig, axes = figure_and_axes(ax, 3, width=9.6, height=3.6, projection="3d")
+    lim = float(max(np.abs(points).max(), np.abs(affine).max())) * 1.05
+    every = max(1, len(points) // 40)     # enough lines to see the direction, not a blur
+
+    a = axes[0]
+    draw_plane(a, lim)
+    _segments(a, points, projected, COLORS["input"], every)
+    a.scatter(*points.T, s=5, color=COLORS["input"], depthshade=False)
+    a.scatter(*projected.T, s=5, color=COLORS["projected"], depthshade=False)
+    draw_ones(a, lim * 0.8)
+    frame_3d(a, lim, *side_view, "1. centre: move along 1")
+
+    a = axes[1]
+    draw_plane(a, lim)
+    _draw_circle(a, math.sqrt(3))
+    _segments(a, projected, scaled, COLORS["projected"], every)
+    a.scatter(*projected.T, s=5, color=COLORS["projected"], depthshade=False)
+    a.scatter(*scaled.T, s=6, color=COLORS["scaled"], depthshade=False)
+    draw_ones(a, lim * 0.8)
+    frame_3d(a, lim, elev, azim, "2. scale: to radius √3")
+
+    a = axes[2]
+    draw_plane(a, lim)
+    _draw_circle(a, math.sqrt(3))
+    _draw_circle(a, math.sqrt(3), center=beta, gamma=gamma, color=COLORS["affine"])
+    a.scatter(*affine.T, s=6, color=COLORS["affine"], depthshade=False)
+    a.scatter(*beta, s=50, color=COLORS["ink"], marker="x", depthshade=False)
+    draw_ones(a, lim * 0.8)
+    frame_3d(a, lim, elev, azim, "3. γ ⊙ y + β: an ellipse")
     return fig
+
+
+def ln_pipeline_demo(n: int = 200, seed: int = 0) -> Figure:
+    """Figure 1.1 for pages without chapter 1's cells (the course's front page): a
+    fixed cloud, centred and scaled by :mod:`lncourse.layernorm`, drawn by
+    :func:`ln_pipeline_3d`."""
+    import torch
+
+    from lncourse.layernorm import project, scale
+
+    g = torch.Generator().manual_seed(seed)
+    cloud = (torch.randn(n, 3, generator=g, dtype=torch.float64)
+             * torch.tensor([0.9, 0.6, 0.3], dtype=torch.float64)
+             + torch.tensor([1.9, 1.5, 1.7], dtype=torch.float64))
+    centred = project(cloud)
+    return ln_pipeline_3d(cloud.numpy(), centred.numpy(), scale(centred).numpy())
 
 
 def plane_to_two_points(plane_points, images, v, ones_coeff, ax=None) -> Figure:
@@ -160,7 +215,9 @@ def explore_ln_3d(points):
         x = points + shift
         centred = x - x.mean(axis=1, keepdims=True)
         scaled = math.sqrt(3) * centred / np.linalg.norm(centred, axis=1, keepdims=True)
-        return ln_pipeline_3d(x, centred, scaled, elev=elev, azim=azim)
+        # the first panel keeps its side view, turned with the others
+        return ln_pipeline_3d(x, centred, scaled, elev=elev, azim=azim,
+                              side_view=(elev - 12.0, azim - 75.0))
 
     return interactive_figure(
         draw,

@@ -33,3 +33,36 @@ def test_interactive_explorer_builds(monkeypatch):
     assert isinstance(w, widgets.interactive)
     names = {c.description for c in w.children if isinstance(c, widgets.FloatSlider)}
     assert names == {"elevation", "azimuth", "shift along 1"}
+
+
+def test_pipeline_figure_is_one_row_and_shows_each_step():
+    """Figure 1.1: three panels side by side (issue 36: it was laid out 2 + 1), the first
+    drawing each input's move along 1, the second each centred point's move along its
+    own ray to radius sqrt(3), the third the ellipse gamma * y + beta."""
+    fig = figures.ln_pipeline_demo(n=60)
+    fig.canvas.draw()
+    axes = fig.axes
+    assert len(axes) == 3
+    rows = {round(a.get_position().y0, 3) for a in axes}
+    assert len(rows) == 1, f"panels in {len(rows)} rows"
+
+    def segments(ax):
+        out = []
+        for line in ax.lines:
+            x, y, z = (np.asarray(c, dtype=float) for c in line.get_data_3d())
+            if len(x) == 2:
+                out.append(np.array([x[1] - x[0], y[1] - y[0], z[1] - z[0]]))
+        return out
+
+    ones = np.ones(3) / np.sqrt(3)
+    moves = [s for s in segments(axes[0]) if np.linalg.norm(s) > 1e-9]
+    assert len(moves) >= 20
+    assert all(abs(abs(s @ ones) / np.linalg.norm(s) - 1) < 1e-9 for s in moves), \
+        "the first panel's moves are not along 1"
+    rays = [s for s in segments(axes[1]) if np.linalg.norm(s) > 1e-9]
+    assert len(rays) >= 20
+    assert all(abs(s @ ones) < 1e-9 for s in rays), "the scaling moves leave the plane"
+    # the third panel draws a closed curve that is not a circle of radius sqrt(3) at 0
+    curves = [np.stack(l.get_data_3d(), 1) for l in axes[2].lines if len(l.get_xdata()) > 50]
+    radii = [np.linalg.norm(c - c.mean(0), axis=1) for c in curves]
+    assert any(r.max() - r.min() > 0.1 for r in radii), "no ellipse in the third panel"
