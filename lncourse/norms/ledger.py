@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from lncourse.claims import ledger_main
-from lncourse.norms import real, trained, verdict
+from lncourse.claims import ledger_main, load_ledger
+from lncourse.norms import periln_report, real, review, trained, verdict
 from lncourse.norms.hidden import STATS, chance_abs_cos
 from lncourse.results import RESULTS_DIR, describe, load_result
 
-__all__ = ["SOURCE", "reported", "main"]
+__all__ = ["SOURCE", "reported", "arms_from_ledger", "main"]
 
 SOURCE = "norms/real_paper"
 HEADS = "norms/trained_heads"
@@ -115,11 +115,54 @@ def _logits(stored: dict) -> dict:
             "claims": verdict.logits_claims(stored)}
 
 
-def reported(stored: dict, heads: dict, vlens: dict, logits: dict) -> dict:
+def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict) -> dict:
+    """What the replication page adds for a reviewer (:mod:`lncourse.norms.review`): the
+    data's bigram and unigram losses, where each trained model's loss sits against them
+    and the claims on it, the majority arms' intervals corrected for multiplicity (from
+    the arms' ledger, ``results/norms/majority_reported.json``, which
+    ``tests/norms/test_majority.py`` guards) and DyT's weaker position signal."""
+    from lncourse.norms import logits as lg
+
+    refs = review.char_references()
+    summary = lg.summarize(logits["models"], lg.LogitsConfig.from_dict(logits["config"]))
+    heads_loss = {v: float(np.mean([r["history"]["test_loss"][-1] for r in runs]))
+                  for v, runs in heads["models"].items()}
+    return {"references": refs,
+            "heads_level": {v: review.level(x, refs) for v, x in heads_loss.items()},
+            "claims": review.learning_claims(heads, summary, periln["summary"], refs),
+            "arms_corrected": review.arms_corrected(arms),
+            "dyt_signal": review.dyt_signal_ratio(vlens)}
+
+
+def arms_from_ledger(run: str = "paper_batch") -> dict:
+    """The majority arms' paired differences from LayerNorm as the arms' ledger holds
+    them (``results/norms/majority_reported.json``): the part of
+    :func:`lncourse.norms.majority_report.summary` that :func:`review.arms_corrected`
+    reads, without recomputing the run (a minute of CPU)."""
+    numbers = load_ledger(RESULTS_DIR / "norms" / "majority_reported.json")
+    pre = f"{run}/"
+    seeds = sorted(int(k.rsplit("/", 1)[1]) for k in numbers
+                   if k.startswith(pre + "ran/seeds/"))
+    arms = {}
+    for k in numbers:
+        head, _, tail = k.partition(pre + "arms/")
+        if not head and "/vs_layernorm_90/" in tail:
+            arm, _, i = tail.partition("/vs_layernorm_90/")
+            arms.setdefault(arm, [None] * 3)[int(i)] = numbers[k]
+    return {"ran": {"seeds": seeds}, "arms": {a: {"vs_layernorm_90": ci}
+                                               for a, ci in arms.items()}}
+
+
+def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
+             periln: dict | None = None, arms: dict | None = None) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
-    an edit of either shows."""
-    return {"describe": describe(stored), "n_passages": stored["config"]["n_passages"],
+    an edit of either shows. With ``periln`` (:func:`lncourse.norms.periln_report.reported`)
+    and ``arms`` (:func:`arms_from_ledger`), also the replication page's review
+    (:func:`_review`)."""
+    extra = ({} if periln is None or arms is None else
+             {"review": _review(heads, vlens, logits, periln, arms)})
+    return {**extra, "describe": describe(stored), "n_passages": stored["config"]["n_passages"],
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
             "claims": {text: holds for text, holds in verdict.claims(stored).items()},
@@ -132,7 +175,9 @@ def main(argv: list[str] | None = None):
     return ledger_main("lncourse.norms.ledger", __doc__.split("\n\n")[0],
                        RESULTS_DIR / f"{LEDGER}.json",
                        lambda: (reported(load_result(SOURCE), load_result(HEADS),
-                                         load_result(VLENS), load_result(LOGITS)),
+                                         load_result(VLENS), load_result(LOGITS),
+                                         periln_report.reported(*periln_report.load()),
+                                         arms_from_ledger()),
                                 {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
                                  "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json"}),
                        argv)

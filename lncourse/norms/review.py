@@ -1,0 +1,142 @@
+"""What a reviewer asks of chapter 5's claims before reading them (chapter 5's
+replication page): how far each trained model learned, measured against the bigram and
+unigram tables of its data (:func:`char_references`, :func:`level`,
+:func:`learning_claims`); a comparison of several arms with LayerNorm corrected for
+multiplicity (:func:`corrected_interval`, :func:`arms_corrected`); and DyT's weaker
+position signal stated in absolute and in relative terms (:func:`dyt_signal_ratio`)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from scipy import stats
+from torch import Tensor
+
+from lncourse.text import CharTokenizer, load_shakespeare, split_text
+
+__all__ = ["char_references", "reference_losses", "level", "learning_claims",
+           "corrected_interval", "arms_corrected", "dyt_signal_ratio"]
+
+
+# ------------------------------------------------------- how far each model learned
+@functools.lru_cache(maxsize=1)
+def char_references() -> dict[str, float]:
+    """The test losses (nats per character) of the bigram and the unigram table of the
+    character data that ``norms.trained``, ``norms.logits`` and ``norms.periln`` train
+    on (all of Shakespeare, split by :func:`lncourse.text.split_text`), each fitted on
+    the training split with add-one smoothing: what a model reaches that reads only the
+    current character (bigram) or nothing at all (unigram)."""
+    text = load_shakespeare()
+    train_text, test_text = split_text(text)
+    tok = CharTokenizer.from_text(text)
+    return reference_losses(torch.as_tensor(tok.encode(train_text)),
+                            torch.as_tensor(tok.encode(test_text)), tok.vocab_size)
+
+
+def reference_losses(train_ids: Tensor, test_ids: Tensor, vocab_size: int) -> dict[str, float]:
+    """Bigram and unigram test cross-entropy (nats per token) of tables counted on
+    ``train_ids`` with add-one smoothing, read on ``test_ids``: (n,), (m,) -> floats."""
+    if len(train_ids) < 2 or len(test_ids) < 2:
+        raise ValueError("need at least two training and two test ids for a bigram table")
+    if int(max(train_ids.max(), test_ids.max())) >= vocab_size or \
+            int(min(train_ids.min(), test_ids.min())) < 0:
+        raise ValueError(f"ids must lie in [0, {vocab_size}): got one outside")
+    pairs = torch.ones(vocab_size, vocab_size, dtype=torch.float64)
+    pairs.index_put_((train_ids[:-1], train_ids[1:]),
+                     torch.ones(len(train_ids) - 1, dtype=torch.float64), accumulate=True)
+    bigram = pairs / pairs.sum(1, keepdim=True)
+    single = torch.bincount(train_ids, minlength=vocab_size).double() + 1
+    unigram = single / single.sum()
+    return {"bigram": float(-torch.log(bigram[test_ids[:-1], test_ids[1:]]).mean()),
+            "unigram": float(-torch.log(unigram[test_ids]).mean())}
+
+
+LEARNED_MARGIN = 0.1   # nats: "learned beyond the bigram table" means at least this below it
+LEVEL = 0.05           # nats: "at a table's level" means within this of it
+
+
+def level(loss: float, refs: dict[str, float]) -> str:
+    """Where a test loss sits against the data's tables: "below the bigram" (at least
+    LEARNED_MARGIN below it), "bigram level", "unigram level" (within LEVEL), "above the
+    bigram", or "between" (between the two tables, near neither)."""
+    if not np.isfinite(loss):
+        raise ValueError(f"a test loss must be finite, got {loss}")
+    if loss <= refs["bigram"] - LEARNED_MARGIN:
+        return "below the bigram"
+    if abs(loss - refs["unigram"]) <= LEVEL:
+        return "unigram level"
+    if abs(loss - refs["bigram"]) <= LEVEL or loss < refs["bigram"]:
+        return "bigram level"
+    return "between" if loss < refs["unigram"] else "above the unigram"
+
+
+def learning_claims(heads: dict, logits_summary: dict, periln_summary: dict,
+                    refs: dict[str, float]) -> dict[str, bool]:
+    """Which models of chapter 5 learned more than the bigram table (the reference every
+    "after training" sentence needs): from the trained-heads run (each variant's mean final
+    test loss over seeds), the logit-growth summary (:func:`lncourse.norms.logits.summarize`)
+    and the Peri-LN summary (:func:`lncourse.norms.periln.summary`)."""
+    loss = {v: float(np.mean([r["history"]["test_loss"][-1] for r in runs]))
+            for v, runs in heads["models"].items()}
+    pre = [c["test_loss"][0] for c in logits_summary["Pre-LN"]["per_lr"]]
+    qk = [c["test_loss"][0] for c in logits_summary["QK-norm"]["per_lr"]]
+    top = periln_summary["per_lr"][-2:]
+    return {
+        "no trained-heads model ends 0.1 nats or more below the bigram table":
+            all(level(x, refs) != "below the bigram" for x in loss.values()),
+        "the trained-heads DyT models end at the unigram level":
+            level(loss["DyT"], refs) == "unigram level",
+        "in the logit-growth run, Pre-LN's best mean test loss is more than 0.3 nats "
+        "below the bigram table":
+            min(pre) < refs["bigram"] - 0.3,
+        "at the highest learning rate Pre-LN ends above the bigram table and QK-norm "
+        "below it":
+            pre[-1] > refs["bigram"] and qk[-1] < refs["bigram"],
+        "at the two highest learning rates both Peri-LN variants end at the bigram level":
+            all(level(r[v]["test_loss"][0], refs) == "bigram level"
+                for r in top for v in ("Peri-LN", "Peri-LN-0.02")),
+    }
+
+
+def corrected_interval(ci: tuple[float, float, float], n: int, k: int,
+                       level_: float = 0.95) -> tuple[float, float, float]:
+    """The Bonferroni-corrected version of a paired t interval (mean, low, high) over n
+    seeds, when k comparisons are made at once: each gets level 1 - (1 - level) / k."""
+    if n < 2 or k < 1:
+        raise ValueError(f"need n >= 2 seeds and k >= 1 comparisons, got n={n}, k={k}")
+    mean, low, high = ci
+    se = (high - low) / 2 / stats.t.ppf(0.5 + level_ / 2, n - 1)
+    half = se * stats.t.ppf(1 - (1 - level_) / (2 * k), n - 1)
+    return mean, mean - half, mean + half
+
+
+def arms_corrected(summary: dict) -> dict:
+    """Each arm's paired difference from LayerNorm (steps to 90%) at its chosen lr, its
+    95% interval and the interval corrected for the arms compared at once, with the
+    claim the chapter makes of them."""
+    n = len(summary["ran"]["seeds"])
+    arms = {a: c["vs_layernorm_90"] for a, c in summary["arms"].items()
+            if "vs_layernorm_90" in c}
+    out = {a: {"nominal": ci, "corrected": list(corrected_interval(ci, n, len(arms)))}
+           for a, ci in arms.items()}
+    resolved = [a for a, c in out.items() if c["nominal"][2] < 0 or c["nominal"][1] > 0]
+    return {"k": len(arms), "n": n, "arms": out, "claims": {
+        "only the projection-free arm is resolved from LayerNorm nominally (95% interval)":
+            resolved == ["no_projection"],
+        "corrected for the arms compared at once, no arm's interval excludes 0":
+            all(c["corrected"][1] < 0 < c["corrected"][2] for c in out.values())}}
+
+
+def dyt_signal_ratio(vlens_result: dict) -> dict[str, float]:
+    """How much weaker DyT's position signal is than LayerNorm's at m = 1, from the
+    stored V-lens curves (``results/norms/vlens.json``): in absolute variance (the
+    attention output's, mean over groups) and relative to the block output (the
+    attention output's share of the block output's variance)."""
+    def mean_at_1(arm: str, key: str) -> float:
+        return float(np.mean([g[key][0] for g in vlens_result["curves"][arm]]))
+    attn = {a: mean_at_1(a, "attn") for a in ("layernorm", "dyt")}
+    share = {a: attn[a] / mean_at_1(a, "resid") for a in ("layernorm", "dyt")}
+    return {"absolute": attn["layernorm"] / attn["dyt"],
+            "relative": share["layernorm"] / share["dyt"]}
