@@ -1,0 +1,386 @@
+"""The NoPE model trained with a recipe that learns, and its control with learned
+positions (chapter 4, issue 35 item 7).
+
+The stored run of :mod:`lncourse.nope.trained` (constant lr 3e-3, no warm-up, no
+clipping) stalled: its test loss sat level with the bigram table's from step 300 on, so
+what it says "after training" is about a model that never used its context. This run
+trains two models of the same size with :class:`lncourse.lm.Recipe` (warm-up, clipping,
+cosine decay):
+
+* ``NoPE``: no positional embedding, as Chi et al.'s model;
+* ``learned``: the control, a learned positional embedding added at the input.
+
+The peak learning rate of each comes from a short sweep with a rule fixed beforehand
+(:data:`lncourse.lm.SWEEP_RULE`), stored with the run. Then each model is trained with
+three seeds, and measured from its stored weights (rounded to bfloat16 before any
+measurement, so the file's numbers are those of the stored weights):
+
+* its test loss, beside the data's bigram and unigram losses;
+* the per-position loss on held-out windows against the bigram table on the same tokens
+  (:func:`lncourse.lm.position_losses`): did the model use its context?
+* per layer, the variance of the attention output across windows at each position and
+  the slope of log variance against log m, in 16 groups of windows
+  (:func:`lncourse.nope.trained.profiles`), before and after training.
+
+Commands (the GPU parts run in parallel, then the last command measures on the CPU and
+stores ``results/nope/trained_recipe.json`` and ``trained_recipe.pt``)::
+
+    python -m lncourse.nope.retrained --part sweep/NoPE/0 --device cuda   # one model
+    python -m lncourse.nope.retrained --part final/NoPE/0 --device cuda
+    python -m lncourse.nope.retrained                 # trains what is missing, stores
+
+Resumable: every model checkpoints at every evaluation (``train_lm``).
+Shapes: windows (B, T); per-position losses (S, T).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lncourse.checkpoint import load_checkpoint
+from lncourse.lm import (SWEEP_RULE, Recipe, choose_lr, context_gain, evaluate_lm,
+                         position_losses, reference_losses, train_lm, with_references)
+from lncourse.nope.lm import NoPELMConfig
+from lncourse.nope.trained import GROUPS, profiles, slopes, summary
+from lncourse.results import (RESULTS_DIR, command_line, run_arguments, run_started,
+                              store_run)
+from lncourse.rng import seeded
+from lncourse.summary import paired_interval
+from lncourse.text import CharTokenizer, load_shakespeare, split_ids
+from lncourse.transformer import GPT, TransformerConfig
+
+__all__ = ["VARIANTS", "RetrainConfig", "PRESETS", "build", "run_sweep", "sweep_choice",
+           "train_final", "measure", "load_models", "report", "claims", "main"]
+
+VARIANTS = {"NoPE": {"pos_emb": False}, "learned": {"pos_emb": True}}
+
+
+@dataclass(frozen=True)
+class RetrainConfig:
+    """The models, the recipe, the sweep and what is measured."""
+
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 4
+    block_size: int = 128
+    batch_size: int = 64
+    steps: int = 4000
+    warmup: int = 200
+    min_lr_ratio: float = 0.1
+    clip: float = 1.0
+    eval_every: int = 250
+    eval_batches: int = 8
+    sweep_lrs: tuple[float, ...] = (1e-3, 2e-3, 4e-3, 8e-3)
+    sweep_steps: int = 500
+    windows: int = 512          # for the variance profiles (16 groups of 32)
+    loss_windows: int = 256     # for the per-position loss
+    late_start: int = 64        # "positions >= 64"
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+    def recipe(self) -> Recipe:
+        return Recipe(steps=self.steps, batch_size=self.batch_size,
+                      block_size=self.block_size, warmup=self.warmup,
+                      min_lr_ratio=self.min_lr_ratio, clip=self.clip,
+                      eval_every=self.eval_every, eval_batches=self.eval_batches)
+
+    def profile_cfg(self, seed: int) -> NoPELMConfig:
+        """What :func:`lncourse.nope.trained.profiles` reads (windows, T, seed)."""
+        return NoPELMConfig(d_model=self.d_model, n_heads=self.n_heads,
+                            n_layers=self.n_layers, block_size=self.block_size,
+                            windows=self.windows, seed=seed)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RetrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v
+                      for k, v in d.items() if k in names})
+
+
+def _tiny() -> RetrainConfig:
+    """For tests: d 16, 2 layers, T 32, 12 steps, a sweep of two rates."""
+    return RetrainConfig(d_model=16, n_heads=2, n_layers=2, block_size=32, batch_size=4,
+                         steps=12, warmup=2, eval_every=6, eval_batches=1,
+                         sweep_lrs=(1e-3, 1e-2), sweep_steps=5, windows=32,
+                         loss_windows=4, late_start=16, seeds=(0, 1))
+
+
+PRESETS = {"paper": RetrainConfig, "tiny": _tiny}
+
+
+def _data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
+    text = load_shakespeare()
+    tok = CharTokenizer.from_text(text)
+    train_ids, test_ids = split_ids(tok.encode(text))
+    return tok, train_ids, test_ids
+
+
+def build(cfg: RetrainConfig, vocab_size: int, variant: str, seed: int) -> GPT:
+    """The model of ``variant`` at initialisation (seeded)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
+    with seeded(seed):
+        return GPT(TransformerConfig(vocab_size=vocab_size, d_model=cfg.d_model,
+                                     n_heads=cfg.n_heads, n_layers=cfg.n_layers,
+                                     block_size=cfg.block_size, **VARIANTS[variant]))
+
+
+def _ck(ck_dir: Path, kind: str, variant: str, index: int) -> Path:
+    return ck_dir / f"{kind}_{variant}_{index}.ckpt"
+
+
+def _train(cfg: RetrainConfig, recipe: Recipe, variant: str, seed: int, lr: float,
+           ck: Path | None, device: str, progress: bool) -> tuple[GPT, dict, dict]:
+    tok, train_ids, test_ids = _data()
+    model = build(cfg, tok.vocab_size, variant, seed)
+    timing: dict = {}
+    history = train_lm(model, train_ids, test_ids, **recipe.kwargs(lr), seed=seed,
+                       device=device, checkpoint_path=ck, progress=progress, timing=timing)
+    return model.cpu(), history, timing
+
+
+def run_sweep(cfg: RetrainConfig, variant: str, index: int, ck_dir: Path | None,
+              device: str = "cpu", progress: bool = False) -> dict:
+    """One short run of the sweep (seed 0, peak rate ``cfg.sweep_lrs[index]``): its lr,
+    final training loss (None if it diverged), history and timing."""
+    lr = cfg.sweep_lrs[index]
+    recipe = cfg.recipe().short(cfg.sweep_steps)
+    try:
+        _, history, timing = _train(cfg, recipe, variant, 0, lr,
+                                    _ck(ck_dir, "sweep", variant, index) if ck_dir else None,
+                                    device, progress)
+    except FloatingPointError as err:
+        return {"lr": lr, "train_loss": None, "diverged": str(err)}
+    return {"lr": lr, "train_loss": history["train_loss"][-1], "history": history,
+            "sessions": timing.get("sessions", []), "seconds": timing.get("seconds", 0.0)}
+
+
+def sweep_choice(sweep: dict) -> dict:
+    """The peak learning rate per variant by :data:`lncourse.lm.SWEEP_RULE`."""
+    return {v: choose_lr(runs) for v, runs in sweep.items()}
+
+
+def train_final(cfg: RetrainConfig, variant: str, seed: int, lr: float,
+                ck_dir: Path | None, device: str = "cpu", progress: bool = False):
+    return _train(cfg, cfg.recipe(), variant, seed, lr,
+                  _ck(ck_dir, "final", variant, seed) if ck_dir else None, device, progress)
+
+
+def _round(model: GPT) -> GPT:
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+    return model
+
+
+def measure(model: GPT, cfg: RetrainConfig, seed: int) -> dict:
+    """Everything stored about one model, on the CPU: test loss (the trainer's fixed test
+    windows), per-position losses, and the per-layer variance profiles."""
+    tok, train_ids, test_ids = _data()
+    model = model.cpu().eval()
+    loss = evaluate_lm(model, test_ids, batches=cfg.eval_batches, batch_size=cfg.batch_size,
+                       block_size=cfg.block_size, seed=seed + 1, device="cpu")
+    per_pos = position_losses(model, train_ids, test_ids, windows=cfg.loss_windows,
+                              block_size=cfg.block_size, seed=seed + 100,
+                              vocab_size=tok.vocab_size)
+    prof = profiles(model, test_ids, cfg.profile_cfg(seed))
+    return {"test_loss": loss, "positions": per_pos, "profiles": prof}
+
+
+def run(cfg: RetrainConfig, ck_dir: Path | None, device: str = "cpu",
+        progress: bool = True) -> tuple[dict, dict]:
+    """Sweep, choose, train the final models (each resuming from its checkpoint), round
+    and measure; returns the payload (with ``seconds``) and the weights."""
+    tok, train_ids, test_ids = _data()
+    refs = reference_losses(train_ids, test_ids, tok.vocab_size)
+    sweep = {v: [run_sweep(cfg, v, i, ck_dir, device, progress)
+                 for i in range(len(cfg.sweep_lrs))] for v in VARIANTS}
+    chosen = sweep_choice(sweep)
+    models, weights, wall = {}, {}, sum(r.get("seconds", 0.0) for rs in sweep.values()
+                                        for r in rs)
+    for variant in VARIANTS:
+        models[variant] = []
+        for seed in cfg.seeds:
+            before = profiles(build(cfg, tok.vocab_size, variant, seed), test_ids,
+                              cfg.profile_cfg(seed))
+            model, history, timing = train_final(cfg, variant, seed, chosen[variant],
+                                                 ck_dir, device, progress)
+            wall += timing.get("seconds", 0.0)
+            _round(model)
+            weights[f"{variant}/{seed}"] = {k: v.detach().to(torch.bfloat16).clone()
+                                            for k, v in model.state_dict().items()}
+            after = measure(model, cfg, seed)
+            models[variant].append({
+                "seed": seed, "lr": chosen[variant], "history": history,
+                "sessions": timing.get("sessions", []),
+                "test_loss": after["test_loss"], "positions": after["positions"],
+                "before": {**before, "layers": summary(before)},
+                "after": {**after["profiles"], "layers": summary(after["profiles"])}})
+            if progress:
+                print(f"{variant} seed {seed}: test loss "
+                      f"{with_references(after['test_loss'], refs)}")
+    payload = {"config": {**dataclasses.asdict(cfg), "groups": GROUPS,
+                          "vocab_size": tok.vocab_size},
+               "references": refs, "sweep_rule": SWEEP_RULE, "sweep": sweep,
+               "chosen_lr": chosen, "models": models, "seconds": wall}
+    payload["report"] = report(payload)
+    return payload, weights
+
+
+def load_models(result: dict, weights: dict, variant: str, seed: int) -> GPT:
+    """A stored model (bfloat16 weights as float32)."""
+    cfg = RetrainConfig.from_dict(result["config"])
+    model = build(cfg, result["config"]["vocab_size"], variant, seed)
+    model.load_state_dict({k: v.float() for k, v in weights[f"{variant}/{seed}"].items()})
+    return model.eval()
+
+
+def _interval(values) -> list[float]:
+    return list(paired_interval(np.asarray(values, dtype=np.float64)))
+
+
+def report(result: dict) -> dict:
+    """What the replication page states, per variant: the test loss (mean and 95% t
+    interval over seeds) beside the references and its distance below the bigram; the
+    gain over the bigram at positions >= ``late_start`` (per seed: the mean over windows
+    with its t interval over windows; and the mean over seeds with a t interval over
+    seeds); per layer, the variance slope after and before training (mean over seeds of
+    the mean over groups, t interval over seeds; and each seed's group interval)."""
+    cfg = RetrainConfig.from_dict(result["config"])
+    refs = result["references"]
+    out = {"references": refs, "chosen_lr": result["chosen_lr"]}
+    for variant, runs in result["models"].items():
+        losses = [r["test_loss"] for r in runs]
+        gains = [context_gain(r["positions"], cfg.late_start) for r in runs]
+        row = {"test_loss": _interval(losses),
+               "below_bigram": _interval([refs["bigram"] - x for x in losses]),
+               "late_gain_per_seed": [g["gain"] for g in gains],
+               "late_gain": _interval([g["gain"][0] for g in gains]),
+               "late_model": float(np.mean([g["model"] for g in gains])),
+               "late_bigram": float(np.mean([g["bigram"] for g in gains])),
+               "first_position": {k: float(np.mean([g["first_position"][k] for g in gains]))
+                                  for k in ("model", "bigram")}}
+        for stage in ("before", "after"):
+            n_layers = len(runs[0][stage]["variance"])
+            per_seed = [[float(np.mean(slopes(r[stage]["variance"][l])))
+                         for l in range(n_layers)] for r in runs]
+            row[f"slope_{stage}"] = [_interval([s[l] for s in per_seed])
+                                     for l in range(n_layers)]
+            row[f"slope_{stage}_groups"] = [[r[stage]["layers"][l]["slope_ci"]
+                                             for l in range(n_layers)] for r in runs]
+            row[f"uniformity_{stage}"] = [_interval([r[stage]["layers"][l]["uniformity"]
+                                                     for r in runs])
+                                          for l in range(n_layers)]
+        out[variant] = row
+    return out
+
+
+def claims(result: dict) -> dict[str, bool]:
+    """The statements the replication page makes, each True or False on ``result``:
+
+    * ``learned``: every model's test loss is at least 0.3 nats below the bigram's;
+    * ``uses_context``: every seed's gain over the bigram at late positions has a 95%
+      interval above 0.1 nats;
+    * ``nope_layer0_shrinks``: the NoPE model's layer-0 slope after training has an
+      interval below -0.5 (the variance still falls with position);
+    * ``learned_layer0_flat``: the control's layer-0 slope interval excludes -1 from
+      above or the NoPE's interval (it does not follow the 1/m law)."""
+    rep = report(result)
+    bigram = result["references"]["bigram"]
+    nope, ctrl = rep["NoPE"], rep["learned"]
+    return {
+        "learned": all(bigram - r["test_loss"] >= 0.3 for runs in result["models"].values()
+                       for r in runs),
+        "uses_context": all(g[1] > 0.1 for v in ("NoPE", "learned")
+                            for g in rep[v]["late_gain_per_seed"]),
+        "nope_layer0_shrinks": nope["slope_after"][0][2] < -0.5,
+        "learned_layer0_flat": ctrl["slope_after"][0][1] > nope["slope_after"][0][2],
+    }
+
+
+def _parse_part(part: str, cfg: RetrainConfig) -> tuple[str, str, int]:
+    try:
+        kind, variant, index = part.split("/")
+        index = int(index)
+    except ValueError:
+        raise ValueError(f"--part must be sweep/<variant>/<lr index> or "
+                         f"final/<variant>/<seed>, got {part!r}") from None
+    if kind not in ("sweep", "final") or variant not in VARIANTS:
+        raise ValueError(f"--part: unknown {kind!r} or variant {variant!r}")
+    if kind == "sweep" and not 0 <= index < len(cfg.sweep_lrs):
+        raise ValueError(f"--part: lr index {index} outside the sweep")
+    if kind == "final" and index not in cfg.seeds:
+        raise ValueError(f"--part: seed {index} is not one of {cfg.seeds}")
+    return kind, variant, index
+
+
+def _sweep_from_checkpoints(cfg: RetrainConfig, ck_dir: Path) -> dict:
+    """The sweep's records read from its finished checkpoints (for a final part)."""
+    out = {}
+    for v in VARIANTS:
+        out[v] = []
+        for i, lr in enumerate(cfg.sweep_lrs):
+            state = load_checkpoint(_ck(ck_dir, "sweep", v, i))
+            if state is None or state["step"] < cfg.sweep_steps:
+                raise RuntimeError(f"the sweep's run {v}/{i} is not finished: run the "
+                                   "sweep parts first")
+            out[v].append({"lr": lr, "train_loss": state["history"]["train_loss"][-1]})
+    return out
+
+
+def main(argv: list[str] | None = None) -> Path | None:
+    """With ``--part``, train one model (checkpointed) and stop; without, train whatever
+    is missing, measure on the CPU and store."""
+    parser = run_arguments("lncourse.nope.retrained", "The NoPE model and its control "
+                           "with learned positions, trained with a recipe that learns.",
+                           PRESETS)
+    parser.add_argument("--part", help="sweep/<variant>/<lr index> or final/<variant>/<seed>")
+    args = parser.parse_args(argv)
+    cfg = PRESETS[args.preset]()
+    name = "trained_recipe" if args.preset == "paper" else f"trained_recipe_{args.preset}"
+    ck_dir = RESULTS_DIR / "checkpoints" / f"nope_{name}"
+    if args.part:
+        kind, variant, index = _parse_part(args.part, cfg)
+        if kind == "sweep":
+            r = run_sweep(cfg, variant, index, ck_dir, args.device, not args.quiet)
+            print(json.dumps({k: r[k] for k in ("lr", "train_loss")}))
+        else:
+            lr = sweep_choice(_sweep_from_checkpoints(cfg, ck_dir))[variant]
+            _, hist, _ = train_final(cfg, variant, index, lr, ck_dir, args.device,
+                                     not args.quiet)
+            print(f"{variant} seed {index} lr {lr}: test loss {hist['test_loss'][-1]:.3f}")
+        return None
+    started = run_started(ck_dir / "run", command_line("lncourse.nope.retrained", argv))
+    ck_dir.mkdir(parents=True, exist_ok=True)
+    (ck_dir / "run").touch()
+    t0 = time.perf_counter()
+    payload, weights = run(cfg, ck_dir, args.device, not args.quiet)
+    training = payload.pop("seconds")
+    payload["measure_seconds"] = round(time.perf_counter() - t0, 1)
+    out = RESULTS_DIR / "nope" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(weights, out.with_suffix(".pt"))
+    payload["weights"] = out.with_suffix(".pt").name
+    devices = sorted({s["device"] for runs in payload["models"].values() for r in runs
+                      for s in r["sessions"]})
+    return _store(out, payload, devices, training, started)
+
+
+def _store(out: Path, payload: dict, devices: list[str], training: float,
+           started: dict) -> Path:
+    """Store with the training devices named (the models may have trained on a GPU and
+    been measured here on the CPU)."""
+    payload["training_devices"] = devices
+    return store_run(out, payload, "cpu", training, started,
+                     device_note=f"trained on {', '.join(devices)}; measured on the CPU")
+
+
+if __name__ == "__main__":
+    main()
