@@ -14,7 +14,9 @@ stored part) and the text and verdict of each claim
 (:func:`lncourse.selectability.claims.lm_claims`), the comparison of tokens at n = 1,024
 with its claims (:func:`~lncourse.selectability.claims.tokenisation_claims`); for the
 seeded runs the table with its bootstrap intervals, the curves
-against the step and the text of every claim. What this build computes itself (its fast
+against the step and the text of every claim, and (:mod:`~lncourse.selectability.seeds_stats`)
+the Student-t and prediction intervals over seeds, the final losses beside the data's
+unigram and bigram losses, their paired difference and Table 2's settling test. What this build computes itself (its fast
 run, the random-direction column, the Gaussian CVs drawn here) is not in it. The ledger
 ``results/selectability/reported.json`` holds them, written by::
 
@@ -31,7 +33,7 @@ import numpy as np
 
 from lncourse.claims import ledger_main
 from lncourse.results import RESULTS_DIR, describe, load_result
-from lncourse.selectability import report, seeds_measure
+from lncourse.selectability import report, seeds_measure, seeds_stats
 from lncourse.selectability.claims import (lm_claims, tokenisation_at_paper_length,
                                            tokenisation_claims)
 
@@ -86,6 +88,15 @@ def _seeds(seeds: dict) -> dict:
                      (report.FULL, "after")):
         steps, values = seeds_measure.curve(seeds, label, q)
         out["curves"][f"{label}, {q}"] = {"step": steps, "per_layer": values}
+    # the replication page's intervals over seeds, losses and Table 2's settling test
+    refs = seeds_stats.data_references(seeds)
+    loss = seeds_stats.loss_difference(seeds)
+    out["stats"] = {"tables": seeds_stats.table_intervals(seeds), "references": refs,
+                    "final_losses": seeds_stats.final_losses(seeds),
+                    "loss_difference": {k: loss[k] for k in ("final", "t",
+                                                             "negative_since")},
+                    "table2_drift": seeds_stats.table2_drift(seeds),
+                    "claims": {c.key: c for c in seeds_stats.stats_claims(seeds, refs)}}
     return out
 
 

@@ -1,0 +1,136 @@
+"""Chapter 2's replication statistics over seeds (lncourse.selectability.seeds_stats):
+the intervals against their formulas, each claim holding on the stored seeded run and
+failing on contrary numbers; and the continuation of the no-scaling models to step
+50,000 (lncourse.selectability.seeds_continue) against training them straight through."""
+
+import copy
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lncourse.results import load_result
+from lncourse.selectability import seeds_stats as S
+
+
+@pytest.fixture(scope="module")
+def seeds():
+    return load_result("selectability/seeds_table1")
+
+
+@pytest.fixture(scope="module")
+def refs(seeds):
+    return S.data_references(seeds)
+
+
+def test_intervals_follow_their_formulas():
+    # three values 1, 2, 3: s = 1, t(0.975, 2) = 4.3027
+    t975 = 4.302652729911275
+    m, lo, hi = S.t_interval([1.0, 2.0, 3.0])
+    assert m == 2.0 and math.isclose(hi - m, t975 / math.sqrt(3), rel_tol=1e-9)
+    m, lo, hi = S.prediction_interval([1.0, 2.0, 3.0])
+    assert math.isclose(hi - m, t975 * math.sqrt(4 / 3), rel_tol=1e-9)
+    assert math.isclose(m - lo, hi - m, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("bad", [[1.0], [1.0, float("nan")], [[1.0, 2.0]]])
+def test_intervals_refuse_bad_input(bad):
+    with pytest.raises(ValueError):
+        S.t_interval(bad)
+
+
+def test_the_claims_hold_on_the_stored_run(seeds, refs):
+    got = {c.key: c for c in S.stats_claims(seeds, refs)}
+    assert set(got) == {"table1_t", "table2_t", "loss_no_scaling_lower",
+                        "loss_negative_since", "table2_not_settled"}
+    assert all(c.holds for c in got.values()), [c.text for c in got.values()
+                                                if not c.holds]
+    # the issue's recomputation: Table 1 [26.4, 45.7], Table 2 [12.2, 24.4]
+    assert [round(v, 1) for v in got["table1_t"].values["t"][1:]] == [26.4, 45.7]
+    assert [round(v, 1) for v in got["table2_t"].values["t"][1:]] == [12.2, 24.4]
+    assert [round(v, 3) for v in got["loss_no_scaling_lower"].values["diff"]] == [
+        -0.161, -0.036, -0.093]
+
+
+def _shift_final(seeds, label, q, points):
+    out = copy.deepcopy(seeds)
+    for m, lab in enumerate(out["labels"]):
+        if lab == label:
+            out["final"][q][m] = (np.asarray(out["final"][q][m]) + points / 100).tolist()
+    return out
+
+
+def _claim(result, refs, key):
+    return next(c for c in S.stats_claims(result, refs) if c.key == key)
+
+
+def test_table1_claim_fails_when_the_paper_leaves_the_intervals(seeds, refs):
+    far = _shift_final(seeds, S.NO_SCALING, "after", -25.0)
+    assert not _claim(far, refs, "table1_t").holds
+
+
+def test_table2_claim_fails_when_the_paper_falls_inside_the_t_interval(seeds, refs):
+    near = _shift_final(seeds, S.FULL, "before", 12.0)
+    assert not _claim(near, refs, "table2_t").holds
+
+
+def test_loss_claims_fail_when_full_layernorm_ends_lower(seeds, refs):
+    flipped = copy.deepcopy(seeds)
+    by = {(lab, s): h for lab, s, h in zip(flipped["labels"], flipped["seeds"],
+                                          flipped["histories"])}
+    for s in set(flipped["seeds"]):          # swap the two models' curves
+        a, b = by[S.FULL, s], by[S.NO_SCALING, s]
+        a["test_loss"], b["test_loss"] = b["test_loss"], a["test_loss"]
+    assert not _claim(flipped, refs, "loss_no_scaling_lower").holds
+    assert not _claim(flipped, refs, "loss_negative_since").holds
+    # a model no better than the bigram model
+    high = {"unigram": 3.3, "bigram": 2.3}
+    assert not _claim(seeds, high, "loss_no_scaling_lower").holds
+
+
+def test_table2_settling_claim_fails_on_a_flat_curve(seeds, refs):
+    flat = copy.deepcopy(seeds)
+    last = str(flat["snapshot_steps_done"][-1])
+    since = str(S.SETTLE_SINCE)
+    flat["curve"][last]["before"] = copy.deepcopy(flat["curve"][since]["before"])
+    assert not _claim(flat, refs, "table2_not_settled").holds
+
+
+def test_the_continuation_is_the_run_trained_straight_through(tmp_path):
+    """Cut out of a finished quick run at step 20 and carried on to 40, the no-scaling
+    models have the histories and weights of those models trained to 40 in one go
+    (the optimiser keeps its moments; the generators their state)."""
+    from lncourse.selectability import seeds as SD
+    from lncourse.selectability import seeds_continue as C
+    from lncourse.selectability.lm import build_model, tokenized
+    from lncourse.selectability.train import train_fused
+
+    cfg = C.ContinueConfig.quick()
+    SD.train(cfg.source, tmp_path / "src.ckpt", progress=False)
+    out, _ = C.train(cfg, tmp_path / "src.ckpt", tmp_path / "cont.ckpt", progress=False)
+    tok, tr, te = tokenized(cfg.lm)
+    models = [build_model(dataclasses.replace(cfg.lm, seed=s), tok.vocab_size,
+                          "no_scaling") for s in cfg.source.seeds]
+    lm = cfg.lm
+    ref = train_fused(models, list(cfg.source.seeds), tr, te, steps=cfg.steps,
+                      batch_size=lm.batch_size, block_size=lm.block_size, lr=lm.lr,
+                      eval_every=lm.eval_every, eval_batches=lm.eval_batches,
+                      snapshot_steps=cfg.snapshot_steps, progress=False)
+    for a, b in zip(out["histories"], ref["histories"]):
+        assert a["step"] == b["step"] == [0, 10, 20, 30, 40]
+        np.testing.assert_allclose(a["test_loss"], b["test_loss"], rtol=1e-6)
+    for k in ref["params"]:
+        torch.testing.assert_close(out["params"][k], ref["params"][k], rtol=1e-5,
+                                   atol=1e-6)
+    assert sorted(out["snapshots"]) == [0, 10, 20, 30, 40]
+
+
+def test_the_continuation_refuses_an_unfinished_source():
+    from lncourse.selectability import seeds_continue as C
+    cfg = C.ContinueConfig.quick()
+    with pytest.raises(ValueError, match="not its last step"):
+        C.continuation_state(cfg, {"step": 10})
+    with pytest.raises(ValueError, match="must exceed"):
+        C.ContinueConfig(source=cfg.source, steps=20, extra_snapshots=())
