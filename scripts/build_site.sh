@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the website into _build/html, executing every chapter in fast mode.
-# Also writes the student and solution notebooks (_build/notebooks, copied into the site).
+# Then writes the student and solution notebooks (_build/notebooks, copied into the site),
+# with the values of the executed build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # torch's threads per kernel: the cores other work leaves free when the build starts (the
@@ -39,9 +40,6 @@ if [ ! -f book/_static/mathjax/tex-chtml.js ]; then
   rm -rf "$tmp"
 fi
 
-echo "[site] generating the student and solution notebooks"
-$PY scripts/editions.py --out _build/notebooks
-
 # A busy machine makes the build slower, never failed (issue 19). There is no short cell
 # timeout (_config.yml: 3600 s, a backstop only): the watchdog scripts/build_watch.py tells
 # a stalled kernel (no CPU used for STALL_AFTER s with a cell pending, or a reply the
@@ -69,6 +67,12 @@ fi
 # Every chapter's execution time, from the execution cache. Over the budget of 300 s is a
 # warning (a busy machine is slow; that is not the reader's build failing).
 $PY scripts/execution_report.py --cache _build/.jupyter_cache --warn-notebook 300
+# The notebooks come after the build: every value their prose quotes ({glue:text} on the
+# site) is filled in from the build's executed notebooks (_build/jupyter_execute), and
+# they import lncourse.glue, not myst_nb, which neither Colab nor a reader has.
+echo "[site] generating the student and solution notebooks (values from the executed build)"
+rm -rf _build/notebooks
+$PY scripts/editions.py --out _build/notebooks --executed _build/jupyter_execute
 rm -rf _build/html/notebooks
 cp -r _build/notebooks _build/html/notebooks
 

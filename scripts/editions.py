@@ -31,7 +31,7 @@ from pathlib import Path
 import nbformat
 
 from myst import (BEGIN, ROOT, Book, Context, chapter_exercises, chapter_sources,
-                  myst_to_markdown, read_book, references)
+                  glued_values, myst_to_markdown, notebook_code, read_book, references)
 
 END = "# END SOLUTION"
 STUB = 'raise NotImplementedError("Exercise: replace this line with your code")'
@@ -82,8 +82,14 @@ def install_cell(requirement: str) -> nbformat.NotebookNode:
     return cell
 
 
-def build_editions(source: Path, book: Book | None = None) -> dict[str, nbformat.NotebookNode]:
-    """The ``student`` and ``solution`` notebooks of one chapter source."""
+def build_editions(source: Path, book: Book | None = None, *, strict: bool = False
+                   ) -> dict[str, nbformat.NotebookNode]:
+    """The ``student`` and ``solution`` notebooks of one chapter source.
+
+    Every value the prose quotes ({glue:text}) is filled in from the site's executed
+    build (``book.executed``). With ``strict`` (the notebooks :func:`main` writes for
+    readers) a page without an executed build is an error; otherwise (the tests that
+    only execute the code) a quote is then left as the value's name in backticks."""
     import jupytext
 
     source = Path(source)
@@ -91,9 +97,11 @@ def build_editions(source: Path, book: Book | None = None) -> dict[str, nbformat
     chapter = int(source.name[:2])
     exercises = list(chapter_exercises(source).exercises)
     nb = jupytext.read(source)
+    docname = source.resolve().relative_to(book.root.resolve()).with_suffix("").as_posix()
+    values = glued_values(book.executed, docname)
     editions = {}
     for edition in ("student", "solution"):
-        ctx = Context(chapter, book)
+        ctx = Context(chapter, book, values, docname, unfilled_ok=not strict)
         cells = [install_cell(book.install)]
         solutions = iter(exercises)
         for cell in copy.deepcopy(nb.cells):
@@ -106,6 +114,7 @@ def build_editions(source: Path, book: Book | None = None) -> dict[str, nbformat
             if cell.cell_type != "code":
                 cells.append(cell)
                 continue
+            cell.source = notebook_code(cell.source)     # no myst_nb in a notebook
             if BEGIN in cell.source:
                 tags = cell.metadata.setdefault("tags", [])
                 if "exercise" not in tags:
@@ -144,17 +153,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "_build" / "notebooks"),
                         help="output folder (student/ and solution/ go below it)")
     parser.add_argument("sources", nargs="*", help="chapter sources (default: all)")
+    parser.add_argument("--executed", default=None,
+                        help="the site build's executed notebooks, whose glued values fill "
+                             "the quotes in the prose (<dir>/book/NN_topic.glue.json or "
+                             ".ipynb); a page without one is then an error. Without it, "
+                             "_build/jupyter_execute where it exists, and a quote without a "
+                             "value is left as its name, with a warning "
+                             "(scripts/build_site.sh passes it)")
     parser.add_argument("--no-solutions", action="store_true",
                         default=os.environ.get("LNCOURSE_NO_SOLUTIONS", "") not in ("", "0"),
                         help="write the student notebooks only, and remove solution/ "
                              "(default when LNCOURSE_NO_SOLUTIONS=1)")
     args = parser.parse_args(argv)
     sources = [Path(s) for s in args.sources] or chapter_sources()
-    book = read_book()
+    import jupytext
+
+    book = read_book(executed=args.executed)
     if args.no_solutions:
         shutil.rmtree(Path(args.out) / "solution", ignore_errors=True)
     for source in sources:
-        for edition, nb in build_editions(source, book).items():
+        strict = args.executed is not None
+        editions = build_editions(source, book, strict=strict)
+        if not strict and any(re.search(r"\{glue(:\w+)?\}`", c.source) for c in
+                              jupytext.read(source).cells if c.cell_type == "markdown") \
+                and glued_values(book.executed, f"book/{source.stem}") is None:
+            print(f"warning: {source.name}: no executed build under {book.executed}; the "
+                  "values its prose quotes are left as their names (pass --executed)",
+                  file=sys.stderr)
+        for edition, nb in editions.items():
             if args.no_solutions and edition == "solution":
                 continue
             path = Path(args.out) / edition / f"{source.stem}.ipynb"

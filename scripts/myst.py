@@ -88,6 +88,9 @@ class Book:
     branch: str = "main"
     install: str = ""                                         # see install_source()
     root: Path = ROOT
+    # where the site build keeps the notebooks it executed (MyST-NB's jupyter_execute),
+    # whose glued values fill the notebooks' {glue} quotes (see glued_values)
+    executed: Path | None = None
 
 
 def chapter_exercises(source: Path) -> Chapter:
@@ -149,8 +152,11 @@ def repair_codecs() -> bool:
     return True
 
 
-def read_book(root: Path = ROOT, sources: list[Path] | None = None) -> Book:
-    """Labels, numbers and bibliography of the whole book, for cross-chapter references."""
+def read_book(root: Path = ROOT, sources: list[Path] | None = None,
+              executed: Path | None = None) -> Book:
+    """Labels, numbers and bibliography of the whole book, for cross-chapter references.
+    ``executed``: the site build's executed notebooks (default ``_build/jupyter_execute``),
+    whose glued values the notebooks quote."""
     import jupytext
     from pybtex.database import parse_file
 
@@ -158,7 +164,8 @@ def read_book(root: Path = ROOT, sources: list[Path] | None = None) -> Book:
 
     url, branch = repository(root)
     book = Book(bib=parse_file(str(root / "book" / "references.bib")), url=url,
-                branch=branch, install=install_source(root), root=root)
+                branch=branch, install=install_source(root), root=root,
+                executed=Path(executed) if executed else root / "_build" / EXECUTED)
     for source in sources or chapter_sources(root):
         n = int(source.name[:2])
         nb = jupytext.read(source)
@@ -230,12 +237,126 @@ def references(ctx: "Context") -> str:
 
 # ------------------------------------------------------------------------------ MyST
 class Context:
-    """One chapter's conversion: its number, the book, exercises seen, works cited."""
+    """One chapter's conversion: its number, the book, exercises seen, works cited, and
+    the values its text quotes (``values``: glue name -> MIME bundle, from the executed
+    build; None where there is none, and then a quote is an error unless
+    ``unfilled_ok``, which only the tests that execute code and read no prose use)."""
 
-    def __init__(self, chapter: int, book: Book):
+    def __init__(self, chapter: int, book: Book, values: dict | None = None,
+                 docname: str = "", unfilled_ok: bool = False):
         self.chapter, self.book = chapter, book
         self.exercises = 0
         self.cited: dict[str, None] = {}    # an ordered set
+        self.values, self.docname, self.unfilled_ok = values, docname, unfilled_ok
+        self.quoted: list[str] = []         # glue names filled in, in order
+
+
+# ------------------------------------------------------------------------------ glue
+EXECUTED = "jupyter_execute"            # MyST-NB's folder of executed notebooks, in _build
+GLUE_PREFIX = "application/papermill.record/"
+# The chapters' import of myst-nb's glue, and what the notebooks import instead
+MYST_GLUE = re.compile(r"^(?P<indent>[ \t]*)from myst_nb import glue[ \t]*$", re.M)
+NOTEBOOK_GLUE = "from lncourse.glue import glue"
+
+
+def notebook_code(source: str) -> str:
+    """A code cell as the notebooks hold it: ``from myst_nb import glue`` (the site's)
+    becomes ``from lncourse.glue import glue``, which needs no myst-nb. Any other use of
+    myst_nb is an error: a reader's environment does not have it."""
+    out = MYST_GLUE.sub(lambda m: m.group("indent") + NOTEBOOK_GLUE, source)
+    if re.search(r"\bmyst_nb\b", out):
+        raise ValueError("a code cell uses myst_nb beyond `from myst_nb import glue`, "
+                         f"which the notebooks cannot replace:\n{source[:300]}")
+    return out
+
+
+def glued_values(executed: Path | None, docname: str) -> dict[str, dict] | None:
+    """The values a page glued in the site's executed build: name -> MIME bundle.
+
+    Read from MyST-NB's ``<executed>/<docname>.glue.json`` (written by the site build
+    for every page that glues), else from the scrapbook outputs of an executed notebook
+    ``<executed>/<docname>.ipynb`` (a chapter executed by nbclient or papermill). None
+    where neither exists."""
+    if executed is None:
+        return None
+    import json
+
+    path = Path(executed) / f"{docname}.glue.json"
+    if path.is_file():
+        return {k: dict(v.get("data", {})) for k, v in
+                json.loads(path.read_text(encoding="utf-8")).items()}
+    path = Path(executed) / f"{docname}.ipynb"
+    if not path.is_file():
+        return None
+    values = {}
+    for cell in json.loads(path.read_text(encoding="utf-8")).get("cells", []):
+        for out in cell.get("outputs", []):
+            meta = out.get("metadata", {}).get("scrapbook")
+            if meta:
+                cut = len(meta.get("mime_prefix", ""))
+                values[meta["name"]] = {k[cut:]: v for k, v in out.get("data", {}).items()}
+    return values
+
+
+def _plain(text: str, spec: str) -> str:
+    """A text/plain value formatted as MyST-NB's {glue:text} formats it."""
+    try:
+        from myst_nb.core.variables import format_plain_text
+    except ImportError:              # the same rule, where myst-nb is not installed
+        from ast import literal_eval
+
+        def format_plain_text(text, spec):
+            try:
+                value = literal_eval(text)
+            except (SyntaxError, ValueError):
+                value = text
+            if spec == "":
+                return str(value)
+            kind = spec[-1]
+            value = (str(value) if kind == "s" else int(value) if kind in "bcdoxX"
+                     else float(value) if kind in "eEfFgGn%" else value)
+            return format(value, spec)
+    return format_plain_text(text, spec)
+
+
+def _escape(text: str) -> str:
+    """Plain text, as the site shows it, safe inside Jupyter's Markdown."""
+    return re.sub(r"([\\`*_$<>\[\]|])", r"\\\1", text)
+
+
+def _glue(role: str, text: str, ctx: "Context") -> str:
+    """A {glue} quote with the value the site's build glued under its name."""
+    key, spec = text, ""
+    if role == "glue:text":
+        key, _, spec = text.rpartition(":") if ":" in text.split("::")[-1] else (text, "", "s")
+    elif role == "glue:md":
+        key = text.rsplit(":", 1)[0] if ":" in text.split("::")[-1] else text
+    doc, _, name = key.rpartition("::")
+    docname = ctx.docname
+    if doc:        # another page's value: its path relative to this page's folder
+        docname = str(Path(ctx.docname).parent / doc.removesuffix(".md").removesuffix(".ipynb"))
+    values = ctx.values if not doc else glued_values(ctx.book.executed, docname)
+    if values is None:
+        if ctx.unfilled_ok:
+            return f"`{name}`"
+        raise ValueError(
+            f"{ctx.docname or 'this page'} quotes the computed value {name!r}, but there is "
+            f"no executed build of {docname!r} under {ctx.book.executed} (build the site "
+            f"first, or point --executed at the executed notebooks)")
+    if name not in values:
+        raise ValueError(f"{docname}: nothing was glued under {name!r} in the executed "
+                         f"build ({ctx.book.executed})")
+    data = values[name]
+    ctx.quoted.append(name)
+    if role == "glue:md" or (role == "glue" and "text/markdown" in data):
+        if "text/markdown" not in data:
+            raise ValueError(f"{docname}: {name!r} was glued without text/markdown")
+        return data["text/markdown"].strip()
+    if "text/plain" not in data:
+        raise ValueError(f"{docname}: {name!r} was glued without text/plain")
+    plain = data["text/plain"]
+    plain = "".join(plain) if isinstance(plain, list) else plain
+    return _escape(_plain(plain, spec))
 
 
 def _role(match: re.Match, ctx: Context) -> str:
@@ -264,8 +385,8 @@ def _role(match: re.Match, ctx: Context) -> str:
         return f"({target})" + after
     if role == "math":
         return f"${text}$" + after
-    if role in ("glue:text", "glue", "glue:md"):
-        return f"`{text.split(':')[0]}` (computed in a cell above)" + after
+    if role in ("glue:text", "glue", "glue:md", "glue:any"):
+        return _glue(role, text, ctx) + after
     if role in ("sub", "sup"):
         return f"<{role}>{text}</{role}>" + after
     raise ValueError(f"the editions builder cannot convert the role {{{role}}}")

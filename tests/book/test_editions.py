@@ -2,6 +2,7 @@
 read as the site does, and the exercise table the grader uses in step with the sources."""
 
 import ast
+import json
 import re
 import subprocess
 
@@ -10,7 +11,8 @@ import pytest
 
 from conftest import ROOT
 from editions import EXERCISE_HEADER, build_editions, stub_solution
-from myst import Context, chapter_exercises, chapter_sources, myst_to_markdown, read_book
+from myst import (NOTEBOOK_GLUE, Context, chapter_exercises, chapter_sources, glued_values,
+                  myst_to_markdown, notebook_code, read_book)
 from lncourse import checks
 from lncourse.grading.exercises import CHAPTERS, chapter as exercise_chapter
 
@@ -181,6 +183,9 @@ def test_editions_are_colab_ready_and_read_as_the_site(chapter):
         c.source for c in nb_source.cells if c.cell_type == "markdown")))
     for nb in editions.values():
         assert nb.metadata["accelerator"] == "GPU"
+        # neither Colab nor lncourse's dependencies have myst-nb (issue 33)
+        assert "myst_nb" not in json.dumps(nb), "myst_nb in a generated notebook"
+        assert "computed in a cell above" not in json.dumps(nb)
         first = nb.cells[0]
         assert "google.colab" in first.source and "pip" in first.source and "git+https://" in first.source
         text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
@@ -192,3 +197,98 @@ def test_editions_are_colab_ready_and_read_as_the_site(chapter):
         assert not re.search(r"(?<!\[)`benchmarks/", text), "a benchmark path without a link"
         if cited:
             assert nb.cells[-1].source.startswith("## References")
+
+
+# ------------------------------------------------------- values the prose quotes (issue 33)
+def _glue_output(name, bundle, hidden=True):
+    """A cell output as myst_nb.glue writes it (display=False: prefixed MIME types)."""
+    prefix = "application/papermill.record/" if hidden else ""
+    return {"output_type": "display_data", "data": {prefix + k: v for k, v in bundle.items()},
+            "metadata": {"scrapbook": {"name": name, "mime_prefix": prefix}}}
+
+
+def _quote(md, values, strict=True, executed=None):
+    ctx = Context(4, read_book(ROOT, executed=executed), values, "book/04_x",
+                  unfilled_ok=not strict)
+    return myst_to_markdown(md, ctx), ctx
+
+
+def test_quotes_get_the_executed_builds_values():
+    values = {"frac": {"text/plain": "0.123456"}, "claim": {"text/plain": "'a_b *c* $5 <x>'"},
+              "n": {"text/plain": "1234"}, "table": {"text/markdown": "**bold** | 3",
+                                                       "text/plain": "<Markdown>"}}
+    out, ctx = _quote("f {glue:text}`frac:.3f`, {glue:text}`frac:.1%`, n {glue:text}`n:,d`, "
+                      "{glue:text}`claim` and {glue:md}`table`; plain {glue}`n`.", values)
+    # formatted as MyST-NB formats it on the site; plain text escaped for Markdown
+    assert out == (r"f 0.123, 12.3%, n 1,234, a\_b \*c\* \$5 \<x\> and **bold** | 3; "
+                   "plain 1234.")
+    assert ctx.quoted == ["frac", "frac", "n", "claim", "table", "n"]
+
+
+def test_a_quote_without_its_value_is_an_error_not_a_placeholder():
+    with pytest.raises(ValueError, match="nothing was glued under 'other'"):
+        _quote("{glue:text}`other:.2f`", {"frac": {"text/plain": "1.0"}})
+    with pytest.raises(ValueError, match="no executed build"):
+        _quote("{glue:text}`frac:.2f`", None)
+    with pytest.raises(ValueError, match="without text/markdown"):
+        _quote("{glue:md}`frac`", {"frac": {"text/plain": "1.0"}})
+    # only the tests that execute code and read no prose may leave a quote unfilled
+    assert _quote("x {glue:text}`frac:.2f`", None, strict=False)[0] == "x `frac`"
+
+
+def test_glued_values_read_from_the_sites_build_or_an_executed_notebook(tmp_path):
+    (tmp_path / "book").mkdir()
+    site = {"a": {"output_type": "display_data", "metadata": {"scrapbook": {"name": "a"}},
+                  "data": {"text/plain": "2.5"}}}
+    (tmp_path / "book" / "01_x.glue.json").write_text(json.dumps(site))
+    assert glued_values(tmp_path, "book/01_x") == {"a": {"text/plain": "2.5"}}
+    nb = {"cells": [{"cell_type": "code", "source": "", "outputs": [
+        _glue_output("b", {"text/plain": "7"}), _glue_output("c", {"text/plain": "'s'"}, False),
+        {"output_type": "stream", "name": "stdout", "text": "printed"}]}]}
+    (tmp_path / "book" / "02_y.ipynb").write_text(json.dumps(nb))
+    assert glued_values(tmp_path, "book/02_y") == {"b": {"text/plain": "7"},
+                                                   "c": {"text/plain": "'s'"}}
+    assert glued_values(tmp_path, "book/03_z") is None and glued_values(None, "book/x") is None
+    # a quote of another page's value (doc::name) reads that page's build
+    out, _ = _quote("{glue:text}`01_x::a:.0f` and {glue:text}`02_y.md::c`", {},
+                    executed=tmp_path)
+    assert out == "2 and s"
+
+
+def test_notebooks_import_lncourse_glue_not_myst_nb():
+    assert notebook_code("import torch\nfrom myst_nb import glue\nglue('a', 1)") == \
+        f"import torch\n{NOTEBOOK_GLUE}\nglue('a', 1)"
+    assert notebook_code("    from myst_nb import glue  ") == f"    {NOTEBOOK_GLUE}"
+    with pytest.raises(ValueError, match="beyond"):
+        notebook_code("import myst_nb\nmyst_nb.glue('a', 1)")
+
+
+def test_editions_write_every_quote_from_the_executed_build(tmp_path):
+    """A chapter's notebooks, generated with a stand-in executed build holding a value for
+    every name its prose quotes: each quote reads that value, and nothing is left of the
+    quote or of myst_nb. Generic: the last chapter source, whatever it quotes."""
+    import editions
+    import nbformat
+
+    source = SOURCES[-1]
+    text = "\n".join(c.source for c in jupytext.read(source).cells if c.cell_type == "markdown")
+    names = sorted({m.split("::")[-1].rsplit(":", 1)[0] if role == "text" else m for role, m in
+                    re.findall(r"\{glue(?::(\w+))?\}`([^`]+)`", text)})
+    assert names, f"{source.name} quotes no value"
+    bundle = lambda k: {"text/plain": f"{100 + k}.25", "text/markdown": f"md{k}"}
+    nb = {"cells": [{"cell_type": "code", "source": "", "outputs": [
+        _glue_output(n, bundle(k)) for k, n in enumerate(names)]}]}
+    (tmp_path / "run" / "book").mkdir(parents=True)
+    (tmp_path / "run" / "book" / f"{source.stem}.ipynb").write_text(json.dumps(nb))
+    editions.main(["--out", str(tmp_path / "out"), "--executed", str(tmp_path / "run"),
+                   str(source)])
+    for edition in ("student", "solution"):
+        path = tmp_path / "out" / edition / f"{source.stem}.ipynb"
+        raw = path.read_text()
+        assert "myst_nb" not in raw and NOTEBOOK_GLUE in raw
+        md = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
+                       if c.cell_type == "markdown")
+        assert "{glue" not in md and "computed in a cell above" not in md
+        assert all(f"`{n}`" not in md for n in names)
+        missing = [n for k, n in enumerate(names) if f"{100 + k}" not in md and f"md{k}" not in md]
+        assert not missing, f"quotes without their value: {missing}"

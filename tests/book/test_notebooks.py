@@ -1,8 +1,10 @@
 """Every chapter runs: the student edition fails only where an exercise is left to do,
-and the solution edition's code is exactly the code the site build executed without error."""
+and the solution edition's code is exactly the code the site build executed without error;
+the published notebooks quote the executed build's values and import no myst_nb."""
 
 import re
 
+import jupytext
 import nbformat
 import papermill
 import pytest
@@ -11,13 +13,15 @@ from jupyter_client.manager import KernelManager
 from conftest import ROOT
 from editions import build_editions
 from execution_report import cell_timings, problems
-from myst import chapter_sources
+from myst import chapter_sources, glued_values, notebook_code
 
 CHAPTERS = chapter_sources(ROOT)
 FULL_MODE_SCALE = 0.01
 SITE_PAGES = ROOT / "_build" / "html" / "book"
 # MyST-NB writes each notebook it executed for the site here, with its outputs
 SITE_EXECUTED = ROOT / "_build" / "jupyter_execute" / "book"
+# The notebooks scripts/build_site.sh publishes (written after the build, from its values)
+PUBLISHED = ROOT / "_build" / "html" / "notebooks"
 
 
 class IPCKernelManager(KernelManager):
@@ -77,7 +81,8 @@ def test_solution_notebook_is_what_the_site_executed(source):
     solution = build_editions(source)["solution"]
     ours = [c.source for c in solution.cells if c.cell_type == "code"
             and "colab-setup" not in c.metadata.get("tags", [])]
-    site = [c.source for c in executed.cells if c.cell_type == "code"]
+    # the one difference: the notebooks import lncourse.glue where the site has myst_nb's
+    site = [notebook_code(c.source) for c in executed.cells if c.cell_type == "code"]
     assert ours == site, "the solution edition differs from the code the site executed"
     outputs = {c.source: "".join(o.get("text", "") for o in c.get("outputs", []))
                for c in executed.cells if c.cell_type == "code"}
@@ -86,3 +91,29 @@ def test_solution_notebook_is_what_the_site_executed(source):
             check = re.search(r"checks\.(check_\w+)\(", cell.source).group(1)
             assert f"{check} passed" in outputs[cell.source], f"{check} did not pass on the site"
     assert "Traceback (most recent call last)" not in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("source", CHAPTERS, ids=lambda p: p.stem)
+def test_published_notebooks_show_the_values_and_import_no_myst_nb(source):
+    """Issue 33: every published notebook (any page, student and solution) imports
+    nothing a reader lacks (no myst_nb) and quotes each value its prose quotes as the
+    number the site's build computed: no placeholder, no quote left as a name."""
+    text = "\n".join(c.source for c in jupytext.read(source).cells
+                     if c.cell_type == "markdown")
+    quoted = {q.split("::")[-1].rsplit(":", 1)[0] if role == "text" else q.split("::")[-1]
+              for role, q in re.findall(r"\{glue(?::(\w+))?\}`([^`]+)`", text)}
+    glued = (glued_values(SITE_EXECUTED.parent, f"book/{source.stem}") or {}) if quoted else {}
+    assert quoted <= set(glued), f"quoted but not glued on the site: {quoted - set(glued)}"
+    editions = [PUBLISHED / e / f"{source.stem}.ipynb" for e in ("student", "solution")]
+    editions = [p for p in editions if p.exists() or p.parent.name == "student"]
+    for path in editions:
+        assert path.exists(), "build the site first: bash scripts/build_site.sh"
+        raw = path.read_text(encoding="utf-8")
+        assert "myst_nb" not in raw, f"{path.name} imports myst_nb"
+        nb = nbformat.reads(raw, as_version=4)
+        md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        assert not re.search(r"\{glue(:\w+)?\}`", md), "a MyST quote left in the notebook"
+        assert "computed in a cell above" not in md, "a placeholder for a value"
+        left = sorted(n for n in quoted if f"`{n}`" in md)
+        assert not left, f"{path}: quotes left as names, without their values: {left}"
