@@ -38,8 +38,17 @@ def logits():
     return load_result(L.LOGITS)
 
 
-def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits):
-    differences = C.compare(L.reported(stored, heads, vlens, logits), C.load_ledger(LEDGER))
+@pytest.fixture(scope="module")
+def extra():
+    """The Peri-LN report and the majority arms' intervals the review section reads."""
+    from lncourse.norms import periln_report
+    return {"periln": periln_report.reported(*periln_report.load()),
+            "arms": L.arms_from_ledger()}
+
+
+def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits, extra):
+    differences = C.compare(L.reported(stored, heads, vlens, logits, **extra),
+                            C.load_ledger(LEDGER))
     assert not differences, ("chapter 5's numbers differ from results/norms/reported.json "
                              "(the stored file or the ledger was changed; if a new run is "
                              "meant, rewrite it: python -m lncourse.norms.ledger):\n  "
@@ -62,8 +71,9 @@ def _edit(stored, what):
 
 @pytest.mark.parametrize("what", ["a middle passage", "a summary mean", "an interval",
                                   "the width"])
-def test_an_edited_stored_number_fails_the_ledger(stored, heads, vlens, logits, what):
-    assert C.compare(L.reported(_edit(stored, what), heads, vlens, logits), C.load_ledger(LEDGER)), what
+def test_an_edited_stored_number_fails_the_ledger(stored, heads, vlens, logits, extra, what):
+    assert C.compare(L.reported(_edit(stored, what), heads, vlens, logits, **extra),
+                     C.load_ledger(LEDGER)), what
 
 
 def _edit_heads(heads, what):
@@ -78,8 +88,8 @@ def _edit_heads(heads, what):
 
 
 @pytest.mark.parametrize("what", ["a count", "a stored mean", "a test loss"])
-def test_an_edited_per_head_number_fails_the_ledger(stored, heads, vlens, logits, what):
-    assert C.compare(L.reported(stored, _edit_heads(heads, what), vlens, logits),
+def test_an_edited_per_head_number_fails_the_ledger(stored, heads, vlens, logits, extra, what):
+    assert C.compare(L.reported(stored, _edit_heads(heads, what), vlens, logits, **extra),
                      C.load_ledger(LEDGER)), what
 
 
@@ -97,8 +107,8 @@ def _edit_vlens(vlens, what):
 
 
 @pytest.mark.parametrize("what", ["a curve", "an energy", "a block output", "the width"])
-def test_an_edited_v_lens_number_fails_the_ledger(stored, heads, vlens, logits, what):
-    assert C.compare(L.reported(stored, heads, _edit_vlens(vlens, what), logits),
+def test_an_edited_v_lens_number_fails_the_ledger(stored, heads, vlens, logits, extra, what):
+    assert C.compare(L.reported(stored, heads, _edit_vlens(vlens, what), logits, **extra),
                      C.load_ledger(LEDGER)), what
 
 
@@ -117,6 +127,74 @@ def _edit_logits(logits, what):
 
 @pytest.mark.parametrize("what", ["a test loss", "a largest logit", "a stored mean",
                                   "the learning rates"])
-def test_an_edited_logit_growth_number_fails_the_ledger(stored, heads, vlens, logits, what):
-    assert C.compare(L.reported(stored, heads, vlens, _edit_logits(logits, what)),
+def test_an_edited_logit_growth_number_fails_the_ledger(stored, heads, vlens, logits, extra, what):
+    assert C.compare(L.reported(stored, heads, vlens, _edit_logits(logits, what), **extra),
                      C.load_ledger(LEDGER)), what
+
+
+# ------------------------------------------------------------ the review (norms.review)
+from lncourse.norms import review as R   # noqa: E402
+
+
+def test_an_edited_arms_interval_or_periln_loss_fails_the_ledger(stored, heads, vlens, logits,
+                                                                 extra):
+    arms = copy.deepcopy(extra["arms"])
+    arms["arms"]["no_projection"]["vs_layernorm_90"][2] -= 1.0
+    assert C.compare(L.reported(stored, heads, vlens, logits, extra["periln"], arms),
+                     C.load_ledger(LEDGER))
+    peri = copy.deepcopy(extra["periln"])
+    peri["summary"]["per_lr"][-1]["Peri-LN"]["test_loss"][0] -= 0.2
+    assert C.compare(L.reported(stored, heads, vlens, logits, peri, extra["arms"]),
+                     C.load_ledger(LEDGER))
+
+
+def test_reference_losses_by_hand():
+    """Counts by hand: train 0 1 0 1 (vocab 2): bigram counts +1 give p(1|0) = 3/4,
+    p(0|1) = 2/3; unigram (2+1)/(4+2) = 1/2 each."""
+    import math
+
+    import torch
+    refs = R.reference_losses(torch.tensor([0, 1, 0, 1]), torch.tensor([0, 1, 0]), 2)
+    assert math.isclose(refs["bigram"], -(math.log(3 / 4) + math.log(2 / 3)) / 2)
+    assert math.isclose(refs["unigram"], math.log(2))
+    with pytest.raises(ValueError, match="outside"):
+        R.reference_losses(torch.tensor([0, 1, 2]), torch.tensor([0, 1]), 2)
+
+
+def test_levels_and_the_learning_claims(heads, logits, extra):
+    refs = {"bigram": 2.51, "unigram": 3.32}
+    assert R.level(2.30, refs) == "below the bigram"
+    assert R.level(2.49, refs) == "bigram level"
+    assert R.level(3.33, refs) == "unigram level"
+    assert R.level(2.90, refs) == "between"
+    from lncourse.norms import logits as lg
+    summary = lg.summarize(logits["models"], lg.LogitsConfig.from_dict(logits["config"]))
+    real = R.char_references()
+    assert all(R.learning_claims(heads, summary, extra["periln"]["summary"], real).values())
+    # contrary numbers: a trained-heads model that learned, Peri-LN below the bigram
+    learned = copy.deepcopy(heads)
+    for r in learned["models"]["QK-norm"]:
+        r["history"]["test_loss"][-1] = 2.2
+    peri = copy.deepcopy(extra["periln"]["summary"])
+    peri["per_lr"][-1]["Peri-LN"]["test_loss"][0] = 2.2
+    c = R.learning_claims(learned, summary, peri, real)
+    assert not c["no trained-heads model ends 0.1 nats or more below the bigram table"]
+    assert not c["at the two highest learning rates both Peri-LN variants end at the "
+                 "bigram level"]
+
+
+def test_the_corrected_interval_and_its_claims():
+    """The Bonferroni interval for 5 arms over 10 seeds widens the 95% t half-width by
+    t(0.995, 9) / t(0.975, 9) = 3.250 / 2.262; a claim turns when the corrected interval
+    excludes 0."""
+    mean, low, high = R.corrected_interval((-14.0, -25.2856, -2.7144), 10, 5)
+    assert abs(low + 30.213) < 1e-2 and abs(high - 2.213) < 1e-2
+    summary = {"ran": {"seeds": list(range(10))},
+               "arms": {"no_projection": {"vs_layernorm_90": [-14.0, -25.3, -2.7]},
+                        "ngpt": {"vs_layernorm_90": [19.0, -1.1, 39.1]},
+                        **{a: {"vs_layernorm_90": [0.0, -10.0, 10.0]}
+                           for a in ("rmsnorm", "qk_norm", "dyt")}}}
+    assert all(R.arms_corrected(summary)["claims"].values())
+    summary["arms"]["no_projection"]["vs_layernorm_90"] = [-30.0, -41.0, -19.0]
+    assert not R.arms_corrected(summary)["claims"][
+        "corrected for the arms compared at once, no arm's interval excludes 0"]
