@@ -94,6 +94,115 @@ def layer_norm_jacobian(x, gamma, eps):
     return gamma[:, None] * (P - torch.outer(z, z) / d) / s
 
 
+# Exercise 1.7: LayerNorm's backward pass, without autograd.
+@right("layer_norm_backward")
+def layer_norm_backward(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    z = c / s
+    gz = grad_out * gamma
+    gx = (gz - gz.mean(-1, keepdim=True) - z * (gz * z).mean(-1, keepdim=True)) / s
+    rows = tuple(range(x.dim() - 1))
+    return gx, (grad_out * z).sum(rows), grad_out.sum(rows)
+
+
+@right("layer_norm_backward")
+def layer_norm_backward_flattened(x, gamma, eps, grad_out):
+    d = x.shape[-1]
+    X, G = x.reshape(-1, d), grad_out.reshape(-1, d)
+    mu = X.mean(1, keepdim=True)
+    inv = 1.0 / torch.sqrt(X.var(1, unbiased=False, keepdim=True) + eps)
+    xhat = (X - mu) * inv
+    dxhat = G * gamma
+    gx = inv / d * (d * dxhat - dxhat.sum(1, keepdim=True)
+                    - xhat * (dxhat * xhat).sum(1, keepdim=True))
+    return gx.reshape(x.shape), (G * xhat).sum(0), G.sum(0)
+
+
+@wrong("layer_norm_backward", "lacks the mean term")
+def layer_norm_backward_no_mean(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    z = c / s
+    gz = grad_out * gamma
+    rows = tuple(range(x.dim() - 1))
+    return (gz - z * (gz * z).mean(-1, keepdim=True)) / s, (grad_out * z).sum(rows), grad_out.sum(rows)
+
+
+@wrong("layer_norm_backward", "lacks the z term")
+def layer_norm_backward_no_z(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    gz = grad_out * gamma
+    rows = tuple(range(x.dim() - 1))
+    return (gz - gz.mean(-1, keepdim=True)) / s, (grad_out * c / s).sum(rows), grad_out.sum(rows)
+
+
+@wrong("layer_norm_backward", "gamma is missing from grad_x")
+def layer_norm_backward_no_gamma(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    z = c / s
+    gx = (grad_out - grad_out.mean(-1, keepdim=True) - z * (grad_out * z).mean(-1, keepdim=True)) / s
+    rows = tuple(range(x.dim() - 1))
+    return gx, (grad_out * z).sum(rows), grad_out.sum(rows)
+
+
+@wrong("layer_norm_backward", "unbiased variance")
+def layer_norm_backward_unbiased(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt(x.var(-1, keepdim=True) + eps)
+    z = c / s
+    gz = grad_out * gamma
+    gx = (gz - gz.mean(-1, keepdim=True) - z * (gz * z).mean(-1, keepdim=True)) / s
+    rows = tuple(range(x.dim() - 1))
+    return gx, (grad_out * z).sum(rows), grad_out.sum(rows)
+
+
+@wrong("layer_norm_backward", "epsilon is missing")
+def layer_norm_backward_no_eps(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt((c * c).mean(-1, keepdim=True))
+    z = c / s
+    gz = grad_out * gamma
+    gx = (gz - gz.mean(-1, keepdim=True) - z * (gz * z).mean(-1, keepdim=True)) / s
+    rows = tuple(range(x.dim() - 1))
+    return gx, (grad_out * z).sum(rows), grad_out.sum(rows)
+
+
+@wrong("layer_norm_backward", "grad_gamma is not summed")
+def layer_norm_backward_gamma_per_row(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    z = c / s
+    gz = grad_out * gamma
+    gx = (gz - gz.mean(-1, keepdim=True) - z * (gz * z).mean(-1, keepdim=True)) / s
+    rows = tuple(range(x.dim() - 1))
+    return gx, grad_out * z, grad_out.sum(rows)
+
+
+@wrong("layer_norm_backward", "grad_beta is a mean")
+def layer_norm_backward_beta_mean(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    z = c / s
+    gz = grad_out * gamma
+    gx = (gz - gz.mean(-1, keepdim=True) - z * (gz * z).mean(-1, keepdim=True)) / s
+    rows = tuple(range(x.dim() - 1))
+    return gx, (grad_out * z).sum(rows), grad_out.mean(rows)
+
+
+@wrong("layer_norm_backward", "without autograd")
+def layer_norm_backward_autograd(x, gamma, eps, grad_out):
+    x = x.clone().requires_grad_(True)
+    y = torch.nn.functional.layer_norm(x, x.shape[-1:], gamma, None, eps)
+    (gx,) = torch.autograd.grad(y, (x,), grad_out)
+    c = x.detach() - x.detach().mean(-1, keepdim=True)
+    z = c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    rows = tuple(range(x.dim() - 1))
+    return gx, (grad_out * z).sum(rows), grad_out.sum(rows)
+
+
 # Other right answers, and wrong ones.
 @right("layer_norm_fgh")
 def layer_norm_in_float64(x, gamma, beta, eps):
