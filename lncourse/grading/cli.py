@@ -1,24 +1,114 @@
 """The grader's command line, ``python -m lncourse.grading.grade`` (see ``lncourse.grading.grade``): its
-options, their validation, student IDs, and writing the sheets."""
+options and their validation (all of it before anything is graded), who each submission
+belongs to, and writing the sheets.
+
+Student IDs come from what the teacher controls, in this order: a roster (``--roster``),
+a pattern over the file name (``--id-pattern``), the LMS's own naming of its downloads
+(``lms_identity``: Moodle's and Canvas's), else the file's name. A notebook's own
+``metadata.lncourse.student_id`` is used only with ``--id-from-metadata`` and only where
+none of those names the submission; a notebook whose metadata names someone else is
+flagged, and so is every ID that two submissions share. Nothing is merged or
+overwritten on an ID: every submission keeps a row (and a feedback file) of its own.
+"""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import re
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from lncourse.grading.sheet import atomic_write, feedback, write_csv, write_lms
+from lncourse.grading.sheet import (LMS_FORMATS, atomic_write, check_sheet, feedback,
+                                    lms_format, write_csv, write_lms)
+
+# Moodle (mod/assign, "Download all submissions"): "<full name>_<participant number>_
+# assignsubmission_<plugin>_<the file's name>", or with "Download submissions in folders"
+# a folder "<full name>_<participant number>_assignsubmission_<plugin>" (Moodle 4 adds
+# "_" at its end) holding the file under its own name. Moodle turns "_" in names into
+# spaces, so the first "_<digits>_assignsubmission_" ends the name. The participant
+# number is the assignment's own (assign_user_mapping): it is what the assignment's
+# offline grading worksheet calls "Participant <n>", not the user's ID number.
+_MOODLE = re.compile(r"^(?P<name>[^_/]+)_(?P<id>\d+)_assignsubmission_[a-z]+(?:_|$)")
+# Canvas ("Download Submissions"): one flat folder of "<lastfirst>[_LATE]_<user id>_
+# <attachment id>_<the file's name>"; lastfirst is the sortable name in lower case,
+# letters only; the user ID is Canvas's, the "ID" column of its gradebook CSV.
+_CANVAS = re.compile(r"^(?P<name>[^\W_A-Z]+)(?:_LATE)?_(?P<id>\d+)_(?P<attachment>\d+)(?:_|$)")
 
 
-def student_ids(paths, submissions, roster=None, id_pattern=None) -> dict[str, str]:
-    ids = {}
+def lms_identity(path: str | Path) -> tuple[str, str, str] | None:
+    """(lms, id, name) from a Moodle or Canvas download's naming of ``path`` (its file
+    name, else its folder's), or None. For Moodle the ID is the participant number."""
+    path = Path(path)
+    for part in (path.name, path.parent.name):
+        found = _MOODLE.match(part)
+        if found:
+            return "moodle", found["id"], found["name"].strip()
+        found = _CANVAS.match(part)
+        if found:
+            return "canvas", found["id"], found["name"]
+    return None
+
+
+def submission_name(path: str | Path) -> str:
+    """How the sheet names a submission: its file name, or "folder/file name" where its
+    folder is an LMS's folder for one student (their files keep their own names)."""
+    path = Path(path)
+    parent = path.parent.name
+    if parent and (_MOODLE.match(parent) or _CANVAS.match(parent)):
+        return f"{parent}/{path.name}"
+    return path.name
+
+
+@dataclass
+class Identity:
+    id: str
+    name: str = ""
+    source: str = "file name"       # roster, pattern, moodle, canvas, metadata, file name
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def lms(self) -> str | None:
+        return self.source if self.source in ("moodle", "canvas") else None
+
+
+def student_ids(paths, submissions, roster=None, id_pattern=None,
+                from_metadata: bool = False) -> dict[str, Identity]:
+    """Each submission's ``Identity`` (see the module's docstring), by ``str(path)``."""
+    ids: dict[str, Identity] = {}
     for path, sub in zip(paths, submissions):
-        name = Path(path).name
-        found = re.search(id_pattern, name) if id_pattern else None
-        ids[str(path)] = ((roster or {}).get(name) or sub.student_id
-                          or (found.group(1) if found and found.groups() else None)
-                          or name.removesuffix(".ipynb"))
+        name = submission_name(path)
+        found = re.search(id_pattern, Path(path).name) if id_pattern else None
+        lms = lms_identity(path)
+        claimed = sub.student_id
+        listed = (roster or {}).get(name) or (roster or {}).get(Path(path).name)
+        if listed:
+            who = Identity(listed, lms[2] if lms else "", "roster")
+        elif found and found.groups() and found.group(1):
+            who = Identity(found.group(1), lms[2] if lms else "", "pattern")
+        elif lms:
+            who = Identity(f"Participant {lms[1]}" if lms[0] == "moodle" else lms[1],
+                           lms[2], lms[0])
+        elif from_metadata and claimed:
+            who = Identity(claimed, "", "metadata")
+        else:
+            who = Identity(Path(path).name.removesuffix(".ipynb"))
+        if claimed and who.source != "metadata" and claimed != who.id:
+            who.flags.append(
+                f"conflict: the notebook's metadata names student {claimed}, the {who.source} "
+                f"{who.id}; {who.id} is used" if from_metadata else
+                f"the notebook's metadata names student {claimed} (not used; the "
+                f"{who.source} gives {who.id})")
+        ids[str(path)] = who
+    shared = defaultdict(list)
+    for path, who in ids.items():
+        shared[who.id].append(path)
+    for same in shared.values():
+        for path in same if len(same) > 1 else ():
+            others = ", ".join(submission_name(p) for p in same if p != path)
+            ids[path].flags.append(f"duplicate ID: also {others[:300]}")
     return ids
 
 
@@ -38,21 +128,36 @@ def _positive(kind, low):
 
 
 def read_roster(path: str) -> dict[str, str]:
-    """A roster CSV with columns ``file`` and ``student_id``."""
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    """A roster CSV with columns ``file`` (the file's name, or "folder/file name" for an
+    LMS's folder download) and ``student_id``."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise SystemExit(f"--roster {path}: cannot be read ({err})") from None
     if rows and not {"file", "student_id"} <= set(rows[0]):
-        raise SystemExit(f"{path}: a roster needs the columns file and student_id")
-    return {r["file"]: r["student_id"] for r in rows}
+        raise SystemExit(f"--roster {path}: a roster needs the columns file and student_id")
+    roster: dict[str, str] = {}
+    for number, r in enumerate(rows, 2):
+        if (r["file"] or "") in roster:
+            raise SystemExit(f"--roster {path}, line {number}: {r['file']!r} is listed twice")
+        roster[r["file"] or ""] = (r["student_id"] or "").strip()
+    return roster
+
 
 def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lncourse.grading.grade", description=doc.split("\n\n")[0])
     p.add_argument("submissions", nargs="+", help="submitted notebooks (.ipynb)")
     p.add_argument("--out", required=True, help="the grade sheet (CSV; merged if it exists)")
-    p.add_argument("--lms", help="also write Moodle's CSV grade import here")
+    p.add_argument("--lms", help="also write a sheet for the LMS's grade import here")
+    p.add_argument("--lms-format", choices=sorted(LMS_FORMATS),
+                   help="the --lms sheet's format (default: canvas for Canvas's download "
+                        "names, moodle-worksheet for Moodle's, else moodle)")
+    p.add_argument("--lms-item", help="the grade item's (assignment's) name in the --lms "
+                                      "sheet (default: 'Chapter N: title')")
     p.add_argument("--feedback", help="folder for one Markdown feedback file per submission")
     p.add_argument("--timeout", type=_positive(float, 0), default=timeout,
-                   help=f"seconds allowed per exercise (default {timeout:.0f})")
+                   help=f"seconds allowed per call of your function (default {timeout:.0f})")
     p.add_argument("--hidden", action="store_true", help="add the checks' teacher-only inputs")
     p.add_argument("--chapter", help="the class's chapter (default: the one most "
                                      "submissions name)")
@@ -63,6 +168,9 @@ def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
     p.add_argument("--roster", help="CSV with columns file and student_id")
     p.add_argument("--id-pattern", help="regular expression whose first group, found in a "
                                         "file name, is the student ID")
+    p.add_argument("--id-from-metadata", action="store_true",
+                   help="take the student ID from the notebook's metadata "
+                        "(lncourse.student_id) where nothing the teacher controls names it")
     p.add_argument("--no-merge", action="store_true",
                    help="overwrite the sheet instead of merging a regrade into it")
     p.add_argument("--fresh-learners", action="store_true",
@@ -71,25 +179,76 @@ def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
     return p
 
 
+def _folder_of(p: argparse.ArgumentParser, option: str, path: str) -> None:
+    """``path``'s folder exists and can be written, and ``path`` is no folder."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        p.error(f"{option} {path}: is a folder; give the file to write")
+    if not folder.is_dir():
+        p.error(f"{option} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        p.error(f"{option} {path}: the folder {folder} cannot be written")
+
+
 def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every argument that can be checked before grading is (``p.error``: exit code 2)."""
+    from lncourse.grading.exercises import chapter as find_chapter
+
     if args.id_pattern:
         try:
             re.compile(args.id_pattern)
         except re.error as err:
             p.error(f"--id-pattern: {err}")
+    if args.chapter is not None:
+        try:
+            find_chapter(args.chapter)
+        except KeyError as err:
+            p.error(f"--chapter: {err.args[0]}")
+    _folder_of(p, "--out", args.out)
+    if args.lms:
+        _folder_of(p, "--lms", args.lms)
+        if Path(args.lms).resolve() == Path(args.out).resolve():
+            p.error("--lms and --out name the same file")
+    if args.feedback:
+        folder = Path(args.feedback)
+        if folder.exists() and not folder.is_dir():
+            p.error(f"--feedback {args.feedback}: is a file, not a folder")
+        if not folder.exists() and not folder.parent.is_dir():
+            p.error(f"--feedback {args.feedback}: its parent folder does not exist")
+    if args.roster:
+        if not Path(args.roster).is_file():
+            p.error(f"--roster {args.roster}: no such file")
+        args.roster_ids = read_roster(args.roster)
+    if args.lms_item is not None and not args.lms_item.strip():
+        p.error("--lms-item: give a name")
+    missing = [s for s in args.submissions if not os.path.lexists(s)]
+    if missing:
+        p.error(f"no such file: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+
+
+def before_grading(args: argparse.Namespace):
+    """What ``grade`` calls once it knows the chapter and the IDs, before any exercise
+    runs: refuses a sheet of another chapter and an LMS format the IDs cannot fill."""
+    def ready(ch, graded) -> None:
+        if not args.no_merge:
+            check_sheet(ch, args.out)
+        if args.lms:
+            lms_format(args.lms_format, graded)      # raises SystemExit with the reason
+    return ready
 
 
 def write_outputs(ch, graded, args: argparse.Namespace) -> None:
     write_csv(ch, graded, args.out, merge=not args.no_merge)
     if args.lms:
-        write_lms(ch, graded, args.lms)
+        write_lms(ch, graded, args.lms, lms_format(args.lms_format, graded), args.lms_item)
     if args.feedback:
         folder = Path(args.feedback)
         folder.mkdir(parents=True, exist_ok=True)
         names: set[str] = set()
         for g in graded:
             name = re.sub(r"[^\w.-]", "_", g.student_id or Path(g.submission).stem)[:100]
-            while name in names:
-                name += "_"
+            while name in names or name.startswith("."):
+                name = "_" + name if name.startswith(".") else name + "_"
             names.add(name)
             atomic_write(folder / f"{name}.md", feedback(ch, g))

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from lncourse.grading.exercises import Chapter, Exercise, chapter as find_chapter
 from lncourse.grading.sheet import feedback, summary, write_csv, write_lms
-from lncourse.grading.submission import Program, chapter_of_class, program_for, read_submission
+from lncourse.grading.submission import (Program, chapter_of_class, fingerprint, program_for,
+                                         read_submission)
 
 __all__ = ["Outcome", "Graded", "grade", "write_csv", "write_lms", "feedback", "summary",
            "student_ids", "main"]
@@ -59,6 +60,9 @@ class Graded:
     notes: list[str] = field(default_factory=list)
     student_id: str = ""
     flags: list[str] = field(default_factory=list)  # for the teacher's eye: "solution edition"
+    name: str = ""              # the student's name, where the LMS's download names it
+    submission_name: str = ""   # the sheet's name for it (lncourse.grading.cli.submission_name)
+    id_source: str = ""         # where student_id came from (lncourse.grading.cli.Identity)
 
     @property
     def total(self) -> int:
@@ -252,12 +256,16 @@ def _run_checkers(jobs: list[_Job], workers: int, template) -> list[list[Outcome
 def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: bool = False,
           timeout: float = TIMEOUT, memory_mb: int = MEMORY_MB,
           workers: int | None = None, roster: dict[str, str] | None = None,
-          id_pattern: str | None = None, template: bool = True) -> tuple[Chapter, list[Graded]]:
+          id_pattern: str | None = None, template: bool = True,
+          id_from_metadata: bool = False, ready=None) -> tuple[Chapter, list[Graded]]:
     """Grade the submissions; returns the class's chapter and one ``Graded`` each.
 
-    The student ID of a submission: the roster's entry for its file name, else the
-    notebook's ``metadata.lncourse.student_id``, else the first group of ``id_pattern``
-    matched in the file name, else the file name without ``.ipynb``. ``template=False``
+    The student ID of a submission: see ``lncourse.grading.cli.student_ids`` (a roster,
+    ``id_pattern``, the LMS's download naming; the notebook's metadata only with
+    ``id_from_metadata``). ``ready(ch, graded)`` is called once the chapter and the IDs
+    are known, before any exercise runs (the command line refuses a wrong sheet there).
+    Submissions whose graded code is the same (``submission.fingerprint``) and earns
+    points are flagged. ``template=False``
     starts every learner's process afresh instead of forking it from a template (the
     grader's path before the template; ``benchmarks/grading_speed.py`` compares them)."""
     import math
@@ -266,16 +274,19 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, not {workers!r}")
     submissions = [read_submission(p) for p in paths]
-    from lncourse.grading.cli import student_ids
-    ids = student_ids(paths, submissions, roster, id_pattern)
+    from lncourse.grading.cli import student_ids, submission_name
+    ids = student_ids(paths, submissions, roster, id_pattern, id_from_metadata)
     ch = find_chapter(chapter) if chapter is not None else chapter_of_class(submissions)
     if ch is None:
         raise SystemExit("none of the submissions names a chapter; pass --chapter N")
-    graded, jobs, where = [], [], []
+    graded, jobs, where, prints = [], [], [], []
     hide = tuple(sorted({str(Path(p).resolve().parent) for p in paths}))
     for path, sub in zip(paths, submissions):
-        g = Graded(str(path), {}, list(sub.notes), ids[str(path)],
-                   ["solution edition"] if sub.solution_edition else [])
+        who = ids[str(path)]
+        g = Graded(str(path), {}, list(sub.notes), who.id,
+                   (["solution edition"] if sub.solution_edition else [])
+                   + ([f"refused: {sub.refused}"] if sub.refused else []) + who.flags,
+                   who.name, submission_name(path), who.source)
         graded.append(g)
         if sub.chapter is None or sub.chapter.stem != ch.stem:
             if sub.chapter is not None:
@@ -291,14 +302,25 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
                 g.outcomes[e.label] = Outcome(False, problem)
             else:
                 programs.append((program, e))
+        prints.append((g, fingerprint(p for p, _ in programs)))
         if programs:
             jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide, ch.preload))
             where.append(g)
+    if ready is not None:
+        ready(ch, graded)
     for g, job, outcomes in zip(where, jobs, _run(jobs, workers or min(2 * (os.cpu_count() or 1), 4), template)):
         for (_, e), outcome in zip(job.programs, outcomes):
             g.outcomes[e.label] = outcome
     for g in graded:   # keep the chapter's order
         g.outcomes = {e.label: g.outcomes[e.label] for e in ch.exercises}
+    same: dict[str, list[Graded]] = {}
+    for g, key in prints:
+        if key is not None and g.points(ch) > 0:
+            same.setdefault(key, []).append(g)
+    for group in (group for group in same.values() if len(group) > 1):
+        for g in group:
+            others = ", ".join(o.submission_name for o in group if o is not g)
+            g.flags.append(f"identical code to {others[:300]}")
     return ch, graded
 
 
@@ -313,8 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     ch, graded = grade(args.submissions, chapter=args.chapter, hidden=args.hidden,
                        timeout=args.timeout, memory_mb=args.memory_mb, workers=args.workers,
-                       roster=grade_cli.read_roster(args.roster) if args.roster else None,
-                       id_pattern=args.id_pattern, template=not args.fresh_learners)
+                       roster=getattr(args, "roster_ids", None), id_pattern=args.id_pattern,
+                       template=not args.fresh_learners, id_from_metadata=args.id_from_metadata,
+                       ready=grade_cli.before_grading(args))
     grade_cli.write_outputs(ch, graded, args)
     print(summary(ch, graded, time.monotonic() - start, args.hidden))
     return 0

@@ -1,21 +1,37 @@
 """The grader's outputs: the grade sheet, the LMS import sheet, feedback, the summary.
 
-``grades.csv`` (the sheet): ``student_id``, ``submission`` (the file's name), one column
-per exercise label holding the points earned (0 or the exercise's points, set by the
-chapter in ``lncourse.grading.exercises``), ``total``, ``max_points``, ``flags`` and
-``graded_at`` (UTC). A regrade merges: rows of students not in this run are kept, the
-rows of students regraded are replaced.
+``grades.csv`` (the sheet): ``student_id``, ``name`` (from the LMS's download naming,
+where there is one), ``submission`` (the file's name; "folder/file name" for an LMS's
+folder download), one column per exercise label holding the points earned (0 or the
+exercise's points, set by the chapter in ``lncourse.grading.exercises``), ``total``,
+``max_points``, ``flags`` and ``graded_at`` (UTC). A regrade merges by submission: the
+row of every submission graded again is replaced, every other row is kept (two rows
+with one student ID both stay, and the new one is flagged). A sheet of another chapter
+is refused before anything is graded (``check_sheet``).
 
-``--lms lms.csv``: Moodle's grade import format (Site administration is not needed: a
-teacher's *Grades > Import > CSV file*): one row per student, columns ``ID number``
-(map it to the user's ID number), the grade item (named after the chapter; map it to
-the assignment) and ``Feedback``. Canvas imports the same file after renaming
-``ID number`` to ``SIS User ID``.
+``--lms FILE`` writes one of ``LMS_FORMATS``, each exactly as that LMS's importer reads
+it (``tests/grading/test_sheets.py`` parses each the way the importer's code does):
 
-Every sheet is written atomically (a temporary file in the same folder, flushed to disk,
-then renamed over the old one), and cells that a spreadsheet would read as a formula
-(starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return) are prefixed
-with ``'``. Names in feedback are escaped so that they cannot inject Markdown.
+- ``moodle``: the gradebook's *Import > CSV file*: ``ID number``, the grade item,
+  ``Maximum points``, ``Feedback``. Map ``ID number`` to the users' ID number (or
+  username, or email: whatever the roster's IDs are), the item to the assignment, the
+  feedback column to its feedback, and ``Maximum points`` to nothing.
+- ``moodle-worksheet``: the assignment's offline grading worksheet (*Upload grading
+  worksheet*; the assignment needs the feedback type "Offline grading worksheet"):
+  ``Identifier`` (``Participant <n>``, Moodle's number in its download's names),
+  ``Full name``, ``Grade``, ``Maximum Grade``, ``Last modified (grade)``, ``Feedback
+  comments``.
+- ``canvas``: the gradebook's *Import*: ``Student``, ``ID`` (Canvas's user ID, from its
+  download's names), ``SIS User ID`` (the roster's or the pattern's IDs), ``SIS Login
+  ID``, ``Section``, the assignment, with the ``Points Possible`` row first.
+
+Submissions whose ID another submission shares are left out of the LMS sheet (the LMS
+would keep one of them), and said so. Every sheet is written atomically (a temporary
+file in the same folder, flushed to disk, then renamed over the old one). Every cell,
+feedback line and summary line has its control characters written as escapes
+(``printable``), and cells that a spreadsheet would read as a formula (starting with
+``=``, ``+``, ``-``, ``@``) are prefixed with ``'``. Names in feedback are escaped so that
+they cannot inject Markdown.
 """
 
 from __future__ import annotations
@@ -28,18 +44,35 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["write_csv", "write_lms", "feedback", "summary", "atomic_write", "cell", "md"]
+__all__ = ["write_csv", "write_lms", "feedback", "summary", "atomic_write", "cell", "md",
+           "printable", "check_sheet", "lms_format", "LMS_FORMATS"]
+
+LMS_FORMATS = ("moodle", "moodle-worksheet", "canvas")
+# C0 and C1 control characters, DEL, and the Unicode controls that reorder or hide text
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def printable(text, newlines: bool = False) -> str:
+    """``text`` with every control character written as an escape (``\\x1b``,
+    ``\\u202e``); with ``newlines``, line breaks and tabs are kept."""
+    def escape(found: re.Match) -> str:
+        c = found.group()
+        if newlines and c in "\n\t":
+            return c
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+    return _CONTROL.sub(escape, str(text))
 
 
 def cell(value) -> str:
-    """A CSV cell a spreadsheet will not evaluate."""
-    text = str(value)
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    """A CSV cell a spreadsheet will not evaluate, without control characters."""
+    text = printable(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def md(text: str) -> str:
-    """``text`` as literal Markdown on one line (no markup, no HTML, no new lines)."""
-    text = re.sub(r"[\r\n\t]+", " ", str(text))
+    """``text`` as literal Markdown on one line (no markup, no HTML, no new lines, no
+    control characters)."""
+    text = printable(re.sub(r"[\r\n\t]+", " ", str(text)))
     return re.sub(r"([\\`*\[\]<>|~])", r"\\\1", text)
 
 
@@ -57,11 +90,22 @@ def atomic_write(path: str | Path, text: str) -> None:
         raise
 
 
+def _name(g) -> str:
+    return getattr(g, "submission_name", "") or Path(g.submission).name
+
+
+def header(ch) -> list[str]:
+    """The grade sheet's columns for chapter ``ch``."""
+    return ["student_id", "name", "submission", *(e.label for e in ch.exercises), "total",
+            "max_points", "flags", "graded_at"]
+
+
 def _rows(ch, graded) -> list[dict]:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     rows = []
     for g in graded:
-        row = {"student_id": g.student_id, "submission": Path(g.submission).name}
+        row = {"student_id": g.student_id, "name": getattr(g, "name", ""),
+               "submission": _name(g)}
         row.update({e.label: e.points * int(g.outcomes[e.label].passed) for e in ch.exercises})
         row.update(total=g.points(ch), max_points=sum(e.points for e in ch.exercises),
                    flags="; ".join(g.flags), graded_at=stamp)
@@ -69,55 +113,142 @@ def _rows(ch, graded) -> list[dict]:
     return rows
 
 
-def _merge(path: Path, header: list[str], rows: list[dict]) -> list[dict]:
-    """The rows of ``path`` (a sheet of the same chapter) whose students are not in
-    ``rows``, then ``rows``."""
+def _read_sheet(ch, path: Path) -> list[dict]:
+    """The rows of an existing sheet of chapter ``ch``; SystemExit for anything else."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            columns = reader.fieldnames or []
+            old = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise SystemExit(f"{path} cannot be read as a grade sheet ({err}); write to another "
+                         "file, move it away, or pass --no-merge") from None
+    labels = [e.label for e in ch.exercises]
+    if not columns and not old:
+        return []
+    known = [c for c in columns if c.startswith("ex-")]
+    if known != labels or "student_id" not in columns or "submission" not in columns:
+        raise SystemExit(f"{path} is not a grade sheet of chapter {ch.number} (another "
+                         f"chapter's, or no grade sheet: its columns are "
+                         f"{', '.join(columns)[:300]}); write to another file, move it "
+                         "away, or pass --no-merge")
+    return old
+
+
+def check_sheet(ch, path: str | Path) -> None:
+    """Refuse, before grading, to merge into ``path`` if it is not chapter ``ch``'s sheet."""
+    path = Path(path)
+    if path.exists():
+        _read_sheet(ch, path)
+
+
+def _merge(ch, path: Path, rows: list[dict]) -> list[dict]:
+    """The rows of ``path`` (a sheet of the same chapter) whose submissions are not in
+    ``rows``, then ``rows``; a new row whose student ID an old row of another submission
+    holds is flagged (both are kept)."""
     if not path.exists():
         return rows
-    with open(path, newline="", encoding="utf-8") as f:
-        old = list(csv.DictReader(f))
-    if old and list(old[0]) != header:
-        raise SystemExit(f"{path} is a grade sheet with other columns (another chapter?); "
-                         "write to another file or move it away")
-    regraded = {r["student_id"] for r in rows}
-    return [r for r in old if r["student_id"] not in regraded] + rows
+    old = _read_sheet(ch, path)
+    regraded = {r["submission"] for r in rows}
+    kept = [{k: r.get(k) or "" for k in header(ch)} for r in old
+            if r.get("submission") not in regraded]
+    for r in rows:
+        same = [o["submission"] for o in kept if o["student_id"] == r["student_id"]]
+        if same:
+            flag = f"duplicate ID: also {', '.join(same)[:300]} (an earlier run)"
+            r["flags"] = f"{r['flags']}; {flag}" if r["flags"] else flag
+    return kept + rows
 
 
 def write_csv(ch, graded, path: str | Path, merge: bool = True) -> None:
     """The grade sheet (see the module's docstring); merged with an existing one."""
-    header = ["student_id", "submission", *(e.label for e in ch.exercises), "total",
-              "max_points", "flags", "graded_at"]
-    rows = _rows(ch, graded)
+    rows = [{k: cell(v) for k, v in r.items()} for r in _rows(ch, graded)]
     if merge:
-        rows = _merge(Path(path), header, [{k: cell(v) for k, v in r.items()} for r in rows])
+        rows = _merge(ch, Path(path), rows)
     out = io.StringIO()
-    writer = csv.DictWriter(out, header)
+    writer = csv.DictWriter(out, header(ch))
     writer.writeheader()
-    writer.writerows({k: cell(v) if not str(v).startswith("'") else v for k, v in r.items()}
+    writer.writerows({k: v if str(v).startswith("'") else cell(v) for k, v in r.items()}
                      for r in rows)
     atomic_write(path, out.getvalue())
 
 
-def write_lms(ch, graded, path: str | Path) -> None:
-    """Moodle's CSV grade import (see the module's docstring)."""
-    item = f"Chapter {ch.number}: {ch.title}"
+def _source(g) -> str:
+    return getattr(g, "id_source", "") or "file name"
+
+
+def lms_format(requested: str | None, graded) -> str:
+    """The LMS sheet's format: ``requested``, or the one the IDs' origin implies. Raises
+    SystemExit where the IDs cannot fill it (before grading: ``cli.before_grading``)."""
+    sources = {_source(g) for g in graded}
+    fmt = requested or ("canvas" if sources == {"canvas"} else
+                        "moodle-worksheet" if sources == {"moodle"} else "moodle")
+    participant = re.compile(r"Participant \d+")
+    if fmt == "moodle-worksheet":
+        bad = [g for g in graded if not participant.fullmatch(g.student_id)]
+        why = ("its upload matches rows by Moodle's participant numbers ('Participant 123'), "
+               "which only Moodle's download names (or a roster of them) give")
+    elif fmt == "moodle":
+        bad = [g for g in graded if _source(g) in ("moodle", "canvas")]
+        why = ("Moodle's gradebook import matches users by ID number, username, email or "
+               "user id, which a roster gives; a download's participant number is none of "
+               "these (use --lms-format moodle-worksheet)")
+    else:
+        bad = [g for g in graded if _source(g) in ("moodle", "file name")]
+        why = ("Canvas matches rows by its user ID (in its download's names) or by SIS user "
+               "ID (from a roster or --id-pattern)")
+    if bad:
+        names = ", ".join(printable(_name(g)) for g in bad[:3]) + (" ..." if len(bad) > 3 else "")
+        raise SystemExit(f"--lms-format {fmt}: {len(bad)} submission(s) have no ID it can "
+                         f"use ({names}): {why}")
+    return fmt
+
+
+def write_lms(ch, graded, path: str | Path, fmt: str = "moodle", item: str | None = None) -> None:
+    """The LMS's grade import in format ``fmt`` (see the module's docstring)."""
+    import sys
+
+    item = item or f"Chapter {ch.number}: {ch.title}"
+    top = sum(e.points for e in ch.exercises)
+    shared = [g for g in graded if any(f.startswith("duplicate ID") for f in g.flags)]
+    if shared:
+        print(f"note: left out of {path}: {len(shared)} submission(s) whose student ID "
+              "another shares (see the flags in the grade sheet): "
+              + ", ".join(printable(_name(g)) for g in shared[:5]), file=sys.stderr)
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["ID number", item, "Feedback"])
-    top = sum(e.points for e in ch.exercises)
-    for g in graded:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+
+    def note(g) -> str:
         failed = [e.number for e in ch.exercises if not g.outcomes[e.label].passed]
-        note = (f"{g.points(ch)}/{top} points" + (f"; not passed: {', '.join(failed)}"
+        return (f"{g.points(ch)}/{top} points" + (f"; not passed: {', '.join(failed)}"
                                                   if failed else "") +
                 (f"; {'; '.join(g.flags)}" if g.flags else ""))
-        writer.writerow([cell(g.student_id), g.points(ch), cell(note)])
+    rows = [g for g in graded if g not in shared]
+    if fmt == "moodle":
+        writer.writerow(["ID number", cell(item), "Maximum points", "Feedback"])
+        writer.writerows([cell(g.student_id), g.points(ch), top, cell(note(g))] for g in rows)
+    elif fmt == "moodle-worksheet":
+        writer.writerow(["Identifier", "Full name", "Grade", "Maximum Grade",
+                         "Last modified (grade)", "Feedback comments"])
+        writer.writerows([cell(g.student_id), cell(getattr(g, "name", "")), g.points(ch), top,
+                          stamp, cell(note(g))] for g in rows)
+    elif fmt == "canvas":
+        writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", cell(item)])
+        writer.writerow(["Points Possible", "", "", "", "", top])
+        writer.writerows([cell(getattr(g, "name", "")),
+                          cell(g.student_id) if _source(g) == "canvas" else "",
+                          "" if _source(g) == "canvas" else cell(g.student_id), "", "",
+                          g.points(ch)] for g in rows)
+    else:
+        raise ValueError(f"no LMS format {fmt!r}; the formats are {', '.join(LMS_FORMATS)}")
     atomic_write(path, out.getvalue())
 
 
 def feedback(ch, g) -> str:
     """The Markdown feedback for one submission."""
     top = sum(e.points for e in ch.exercises)
-    lines = [f"# Feedback on {md(Path(g.submission).name)}", "",
+    lines = [f"# Feedback on {md(_name(g))}", "",
              f"Chapter {ch.number}, *{ch.title}*: {g.total} of {len(ch.exercises)} "
              f"exercises passed, {g.points(ch)} of {top} points.", ""]
     lines += [f"- {md(note)}" for note in g.notes] + ([""] if g.notes else [])
@@ -142,5 +273,6 @@ def summary(ch, graded, seconds: float, hidden: bool) -> str:
              f"{'exercise':<{width}}  passed"]
     lines += [f"{e.label:<{width}}  {sum(g.outcomes[e.label].passed for g in graded)}/{len(graded)}"
               for e in ch.exercises]
-    lines += [f"note: {g.submission}: {n}" for g in graded for n in g.notes]
-    return "\n".join(lines)
+    lines += [f"note: {_name(g)}: {n}" for g in graded for n in g.notes]
+    lines += [f"flag: {_name(g)}: {f}" for g in graded for f in g.flags]
+    return printable("\n".join(lines), newlines=True)

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import ast
 import bisect
+import errno
+import hashlib
 import json
+import os
+import re
+import stat
 import symtable
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,6 +31,7 @@ class Statement:
     binds: frozenset      # names the statement binds at the top level
     needs: frozenset      # names it reads from the top level (a function: when called)
     definition: bool      # a def or class: what it reads is looked up when it is called
+    code: str = ""        # the statement as ``ast.unparse`` writes it (no comments, one layout)
 
 
 @dataclass
@@ -39,6 +45,7 @@ class Submission:
     statements: list[Statement] = field(default_factory=list)
     student_id: str | None = None        # from the notebook's metadata (lncourse.student_id)
     solution_edition: bool = False       # a submitted solution edition: flagged
+    refused: str | None = None           # why the file was not read (a link, a FIFO, ...)
 
     def filename(self, cell: int) -> str:
         return f"<cell {cell + 1}>"
@@ -48,12 +55,34 @@ class Submission:
 class Program:
     """What to run for one exercise: (file name, cell source, statement indices)."""
     cells: tuple[tuple[str, str, tuple[int, ...]], ...]
+    code: tuple[str, ...] = ()    # those statements, unparsed (for ``fingerprint``)
+
+
+# cell magics that run the cell's body as Python, in the notebook's namespace: the
+# grader drops the magic's line and reads the body (timing or capturing changes nothing
+# a check sees); ``%time`` and ``%timeit`` before a statement likewise
+TRANSPARENT_MAGICS = ("time", "timeit", "capture", "prun")
+_LINE_MAGIC = re.compile(r"^(\s*)%(?:time|timeit)(?:\s+-[a-z](?:\s*\d+)?)*\s+(?=\S)", re.M)
+
+
+class MagicCell(ValueError):
+    """A cell whose first line is a cell magic the grader does not run as Python."""
 
 
 def _python(source: str) -> str:
-    """A code cell as Python: IPython's magics and shell escapes become calls."""
+    """A code cell as Python: IPython's magics and shell escapes become calls; a cell
+    under a timing or capturing magic (``TRANSPARENT_MAGICS``) is its body."""
     from IPython.core.inputtransformer2 import TransformerManager
 
+    first, _, body = source.lstrip("\n").partition("\n")
+    if first.startswith("%%"):
+        magic = first[2:].split(maxsplit=1)[0] if first[2:].strip() else ""
+        if magic not in TRANSPARENT_MAGICS:
+            raise MagicCell(f"it starts with the cell magic %%{magic}, which is not Python "
+                            f"and which the grader does not run: move the function to a "
+                            f"cell of its own without %%{magic}")
+        source = body
+    source = _LINE_MAGIC.sub(r"\1", source)
     return TransformerManager().transform_cell(source)
 
 
@@ -138,21 +167,78 @@ def _shape_problem(nb) -> str | None:
     return None
 
 
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def read_regular(path: str | Path, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes.
+
+    Opened without following a final symbolic link (``O_NOFOLLOW``) and without blocking
+    on a FIFO (``O_NONBLOCK``); what was opened is checked with ``fstat`` (no race between
+    a check and the read), and at most ``limit + 1`` bytes are read. The folder holding it
+    must not be a symbolic link either (an LMS's folder download: one folder per student).
+    Raises ``Refused`` naming what the file is otherwise."""
+    path = Path(path)
+    try:
+        if path.parent.is_symlink():
+            raise Refused(f"its folder {path.parent.name!r} is a symbolic link, not a "
+                          "submission's own folder")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                     | getattr(os, "O_NOCTTY", 0))
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            target = os.readlink(path) if path.is_symlink() else "?"
+            raise Refused(f"it is a symbolic link (to {target[:200]!r}), not a file handed "
+                          "in") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise Refused(f"it is {_kind(info.st_mode)}, not a regular file")
+        if info.st_size > limit:
+            raise Refused(f"it holds {info.st_size:,} bytes, more than the {limit:,} allowed")
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(2**20, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise Refused(f"it grew past the {limit:,} bytes allowed while it was read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class Refused(ValueError):
+    """A submitted path that is not a regular file the grader reads."""
+
+
 def read_submission(path: str | Path) -> Submission:
     """Parse a notebook: chapter, code cells as Python, their top-level statements.
 
-    A file that is not a notebook of the expected shape, or is too large to read quickly
-    (``MAX_BYTES``, ``MAX_CODE_CELLS``, ``MAX_SOURCE``), gets a note and no code."""
+    A path that is not a regular file (a symbolic link, a FIFO, a device, a folder) or is
+    larger than ``MAX_BYTES`` is refused (``Submission.refused``) without being read; a
+    file that is not a notebook of the expected shape, or is too large to read quickly
+    (``MAX_CODE_CELLS``, ``MAX_SOURCE``), gets a note and no code."""
     sub = Submission(Path(path))
     try:
-        size = Path(path).stat().st_size
-        if size > MAX_BYTES:
-            raise ValueError(f"{size:,} bytes, more than the {MAX_BYTES:,} allowed")
-        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+        nb = json.loads(read_regular(path).decode("utf-8"))
         problem = _shape_problem(nb)
         if problem:
             raise ValueError(problem)
         cells = [c for c in nb["cells"] if c.get("cell_type") == "code"]
+    except Refused as err:
+        sub.refused = str(err)
+        sub.notes.append(f"REFUSED: {err}; nothing was graded")
+        return sub
     except (OSError, ValueError, RecursionError, UnicodeDecodeError) as err:
         sub.notes.append(f"this file could not be read as a notebook ({type(err).__name__}: "
                          f"{str(err)[:300]}); nothing was graded")
@@ -177,16 +263,23 @@ def _read_cells(sub: Submission, nb: dict, cells: list[dict]) -> None:
         try:
             source = _python(source)
             body = ast.parse(source, sub.filename(number)).body
+        except MagicCell as err:
+            sub.sources.append("")
+            sub.syntax_errors[number] = str(err)
+            continue
         except SyntaxError as err:
             sub.sources.append(source)
             sub.syntax_errors[number] = f"line {err.lineno}: {err.msg}"
             continue
         sub.sources.append(source)
         for index, node in enumerate(body):
-            binds, needs = _scope_names(ast.unparse(node))
+            code = ast.unparse(node)
+            binds, needs = _scope_names(code)
+            if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+                binds.add(STAR)      # binds names no reading of the source can list
             definition = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
             sub.statements.append(Statement(number, index, frozenset(binds), frozenset(needs),
-                                            definition))
+                                            definition, code))
             defined |= binds
     sub.chapter, note = _chapter_of(nb, defined)
     if note:
@@ -199,6 +292,9 @@ def _read_cells(sub: Submission, nb: dict, cells: list[dict]) -> None:
         sub.solution_edition = True
         sub.notes.append("FLAGGED: this is the course's solution edition (its metadata or its "
                          "`# BEGIN SOLUTION` markers say so), not the student notebook")
+
+
+STAR = "*"      # what a star import binds, for ``program_for``
 
 
 def program_for(sub: Submission, exercise: Exercise) -> tuple[Program | None, str | None]:
@@ -227,6 +323,10 @@ def program_for(sub: Submission, exercise: Exercise) -> tuple[Program | None, st
             continue
         seen.add((wanted, before))
         at = bisect.bisect_left(binders.get(wanted, []), before)
+        if at == 0 and wanted != STAR and STAR in binders:
+            todo.append((STAR, before))   # perhaps bound by a star import before it
+            stars = binders[STAR][:bisect.bisect_left(binders[STAR], before)]
+            todo.extend((STAR, k + 1) for k in stars[:-1])   # every one of them
         if at == 0 or binders[wanted][at - 1] in chosen:
             continue
         k = binders[wanted][at - 1]
@@ -238,12 +338,24 @@ def program_for(sub: Submission, exercise: Exercise) -> tuple[Program | None, st
         s = sub.statements[k]
         by_cell.setdefault(s.cell, []).append(s.index)
     return Program(tuple((sub.filename(c), sub.sources[c], tuple(ix))
-                         for c, ix in sorted(by_cell.items()))), None
+                         for c, ix in sorted(by_cell.items())),
+                   tuple(sub.statements[k].code for k in sorted(chosen))), None
+
+
+def fingerprint(programs) -> str | None:
+    """A hash of the code the exercises' programs run, after normalising its layout
+    (``ast.unparse``: whitespace, comments and quotes do not count); None without code.
+    Two submissions with the same fingerprint handed in the same code."""
+    code = [c for p in programs if p is not None for c in p.code]
+    return hashlib.sha256("\n".join(code).encode()).hexdigest() if code else None
 
 
 def _missing(sub: Submission, exercise: Exercise) -> str:
     name = exercise.function
     cell = sub.labels.get(exercise.label)
+    if cell is not None and sub.syntax_errors.get(cell, "").startswith("it starts with"):
+        return (f"the cell of exercise {exercise.number} was not read as Python: "
+                f"{sub.syntax_errors[cell]}; so `{name}` is not defined")
     if cell is not None and cell in sub.syntax_errors:
         return (f"the cell of exercise {exercise.number} has a syntax error "
                 f"({sub.syntax_errors[cell]}), so `{name}` is not defined")

@@ -208,7 +208,7 @@ def test_chapter1_sheet_is_exact(chapter1):
     ch, folder, expected, _, _ = chapter1
     assert_sheet(folder / "grades.csv", expected, [e.label for e in ch.exercises])
     header = (folder / "grades.csv").read_text().splitlines()[0]
-    assert header == ("student_id,submission," + ",".join(e.label for e in ch.exercises)
+    assert header == ("student_id,name,submission," + ",".join(e.label for e in ch.exercises)
                       + ",total,max_points,flags,graded_at")
 
 
@@ -251,7 +251,7 @@ def test_an_infinite_loop_scores_zero_for_that_exercise_only(tmp_path):
     write_csv(ch, [graded], tmp_path / "grades.csv")
     row = ",".join(str(e.points) if e.label == "ex-rms-norm" else "0" for e in ch.exercises)
     lines = (tmp_path / "grades.csv").read_text().splitlines()
-    assert lines[1].startswith(f"loop,loop.ipynb,{row},{points('ex-rms-norm')},"
+    assert lines[1].startswith(f"loop,,loop.ipynb,{row},{points('ex-rms-norm')},"
                                f"{sum(e.points for e in ch.exercises)},solution edition,")
 
 

@@ -372,7 +372,7 @@ def test_bad_command_line_values_are_refused(option, tmp_path, capsys):
 
 
 def test_sheets_for_the_teacher(tmp_path, capsys):
-    """Student IDs (metadata, roster, file-name pattern), points set by the chapter, a
+    """Student IDs (metadata when asked, roster, file-name pattern), points set by the chapter, a
     flagged solution edition, the LMS sheet, a regrade that merges, and names that try
     to inject a formula into the CSV and Markdown into the feedback."""
     import csv
@@ -395,7 +395,7 @@ def rms_norm_gain(x, gain, eps):
     sheet, lms, fb = tmp_path / "grades.csv", tmp_path / "lms.csv", tmp_path / "fb"
     main([*paths, "--out", str(sheet), "--lms", str(lms), "--feedback", str(fb),
           "--roster", str(tmp_path / "roster.csv"), "--id-pattern", r"^id_(\d+)_",
-          "--workers", "2", "--timeout", str(TIMEOUT)])
+          "--id-from-metadata", "--workers", "2", "--timeout", str(TIMEOUT)])
     rows = {r["student_id"]: r for r in csv.DictReader(open(sheet))}
     assert set(rows) == {"s-from-metadata", "'=HYPERLINK(1)`](x)<b>", "42", "s-roster"}
     points = next(e.points for e in CH.exercises if e.label == RMS)
@@ -404,7 +404,7 @@ def rms_norm_gain(x, gain, eps):
     assert rows["s-roster"]["flags"] == "solution edition" and rows["42"]["flags"] == ""
     assert "FLAGGED" in capsys.readouterr().out
     text = open(lms).read().splitlines()
-    assert text[0] == f"ID number,Chapter {CH.number}: {CH.title},Feedback"
+    assert text[0] == f"ID number,Chapter {CH.number}: {CH.title},Maximum points,Feedback"
     assert any(line.startswith("'=HYPERLINK") for line in text)
     md = (fb / "_HYPERLINK_1____x__b_.md").read_text()
     assert "\\`\\]" in md and "\\<b\\>" in md and "](x)<b>" not in md
