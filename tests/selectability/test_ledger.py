@@ -54,6 +54,8 @@ def _edit(runs, what):
         runs["seeds"]["final"]["after"][1][2][0] = 0.5
     elif what == "seeds curve":
         runs["seeds"]["curve"]["0"]["before"][0][1][0] += 0.1
+    elif what == "seeds final loss":                 # the loss comparison (seeds_stats)
+        runs["seeds"]["histories"][1]["test_loss"][-1] += 0.002
     elif what == "wall time":
         runs["seeds"]["provenance"]["wall_seconds"] *= 2
     return runs
@@ -62,7 +64,7 @@ def _edit(runs, what):
 EDITS = ["lm_paper cell at n = 1,024", "lm_paper smaller n", "lm_paper proxy",
          "lm_paper tracked fraction", "lm_quick_bpe final loss", "lm_quick_bpe gamma",
          "lm_paper_bpe middle layer", "lm_paper_bpe final loss",
-         "seeds middle layer", "seeds curve", "wall time"]
+         "seeds middle layer", "seeds curve", "seeds final loss", "wall time"]
 
 
 @pytest.mark.parametrize("what", EDITS)
