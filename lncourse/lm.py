@@ -31,7 +31,8 @@ from lncourse.text import sample_batch
 
 __all__ = ["TRACE_STEPS", "train_lm", "evaluate_lm", "data_fingerprint", "describe_model",
            "lr_at", "reference_tables", "reference_losses", "position_losses",
-           "context_gain", "with_references", "Recipe", "SWEEP_RULE", "choose_lr"]
+           "context_gain", "with_references", "Recipe", "SWEEP_RULE", "choose_lr",
+           "slim_checkpoint"]
 
 TRACE_STEPS = 5   # the loss of each of the first steps is kept (the tests replay them)
 
@@ -167,8 +168,12 @@ def train_lm(model: nn.Module, train_ids: Tensor, test_ids: Tensor, *, steps: in
         if differ:
             raise ValueError(f"{checkpoint_path} holds another run (it differs in "
                              f"{', '.join(differ)}); delete it or choose another path")
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+        if state.get("slim") and state["step"] < steps:
+            raise ValueError(f"{checkpoint_path} is a slimmed checkpoint of an unfinished "
+                             "run (no optimizer state): it cannot resume")
+        model.load_state_dict(state["model"])      # bfloat16 (slimmed) -> float32 exactly
+        if not state.get("slim"):
+            opt.load_state_dict(state["optimizer"])
         gen.set_state(state["generator"])
         history, start, elapsed = state["history"], state["step"], state["elapsed"]
         sessions = state.get("sessions", [])
@@ -402,3 +407,22 @@ def choose_lr(runs: list[dict]) -> float:
     if not ok:
         raise ValueError("every run of the sweep diverged: no learning rate to choose")
     return min(ok, key=lambda r: (r["train_loss"], r["lr"]))["lr"]
+
+
+def slim_checkpoint(path: str | os.PathLike) -> None:
+    """Shrink the checkpoint of a *finished* :func:`train_lm` run to what measuring needs:
+    the optimizer state dropped, the weights rounded to bfloat16 (what the stored runs
+    keep anyway), the history and sessions kept. :func:`train_lm` given it returns the
+    history and loads the rounded weights; it refuses to resume a slimmed unfinished run.
+    """
+    state = load_checkpoint(path)
+    if state is None or state.get("kind") != "lm":
+        raise ValueError(f"{path} is not a train_lm checkpoint")
+    if state["step"] < state["config"]["steps"]:
+        raise ValueError(f"{path} holds an unfinished run (step {state['step']} of "
+                         f"{state['config']['steps']}): only a finished one is slimmed")
+    state["model"] = {k: v.to(torch.bfloat16) if v.is_floating_point() else v
+                      for k, v in state["model"].items()}
+    state.pop("optimizer", None)
+    state["slim"] = True
+    save_checkpoint(path, state)

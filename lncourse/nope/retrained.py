@@ -36,6 +36,7 @@ Shapes: windows (B, T); per-position losses (S, T).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -47,7 +48,8 @@ import torch
 
 from lncourse.checkpoint import load_checkpoint
 from lncourse.lm import (SWEEP_RULE, Recipe, choose_lr, context_gain, evaluate_lm,
-                         position_losses, reference_losses, train_lm, with_references)
+                         position_losses, reference_losses, slim_checkpoint, train_lm,
+                         with_references)
 from lncourse.nope.lm import NoPELMConfig
 from lncourse.nope.trained import GROUPS, profiles, slopes, summary
 from lncourse.results import (RESULTS_DIR, command_line, run_arguments, run_started,
@@ -115,6 +117,7 @@ def _tiny() -> RetrainConfig:
 PRESETS = {"paper": RetrainConfig, "tiny": _tiny}
 
 
+@functools.lru_cache(maxsize=1)
 def _data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
     text = load_shakespeare()
     tok = CharTokenizer.from_text(text)
@@ -151,15 +154,23 @@ def run_sweep(cfg: RetrainConfig, variant: str, index: int, ck_dir: Path | None,
     """One short run of the sweep (seed 0, peak rate ``cfg.sweep_lrs[index]``): its lr,
     final training loss (None if it diverged), history and timing."""
     lr = cfg.sweep_lrs[index]
+    record = _ck(ck_dir, "sweep", variant, index).with_suffix(".json") if ck_dir else None
+    if record is not None and record.exists():      # a finished sweep run, kept small
+        return json.loads(record.read_text())
     recipe = cfg.recipe().short(cfg.sweep_steps)
     try:
         _, history, timing = _train(cfg, recipe, variant, 0, lr,
                                     _ck(ck_dir, "sweep", variant, index) if ck_dir else None,
                                     device, progress)
     except FloatingPointError as err:
-        return {"lr": lr, "train_loss": None, "diverged": str(err)}
-    return {"lr": lr, "train_loss": history["train_loss"][-1], "history": history,
-            "sessions": timing.get("sessions", []), "seconds": timing.get("seconds", 0.0)}
+        out = {"lr": lr, "train_loss": None, "diverged": str(err)}
+    else:
+        out = {"lr": lr, "train_loss": history["train_loss"][-1], "history": history,
+               "sessions": timing.get("sessions", []),
+               "seconds": timing.get("seconds", 0.0)}
+    if record is not None:
+        record.write_text(json.dumps(out))
+    return out
 
 
 def sweep_choice(sweep: dict) -> dict:
@@ -321,17 +332,15 @@ def _parse_part(part: str, cfg: RetrainConfig) -> tuple[str, str, int]:
     return kind, variant, index
 
 
-def _sweep_from_checkpoints(cfg: RetrainConfig, ck_dir: Path) -> dict:
-    """The sweep's records read from its finished checkpoints (for a final part)."""
-    out = {}
-    for v in VARIANTS:
-        out[v] = []
-        for i, lr in enumerate(cfg.sweep_lrs):
-            state = load_checkpoint(_ck(ck_dir, "sweep", v, i))
-            if state is None or state["step"] < cfg.sweep_steps:
-                raise RuntimeError(f"the sweep's run {v}/{i} is not finished: run the "
-                                   "sweep parts first")
-            out[v].append({"lr": lr, "train_loss": state["history"]["train_loss"][-1]})
+def _sweep_records(cfg, ck_dir: Path, variant: str) -> list[dict]:
+    """The sweep's records of ``variant``, as its finished parts wrote them."""
+    out = []
+    for i in range(len(cfg.sweep_lrs)):
+        record = _ck(ck_dir, "sweep", variant, i).with_suffix(".json")
+        if not record.exists():
+            raise RuntimeError(f"the sweep's run {variant}/{i} is not finished: run the "
+                               "sweep parts first")
+        out.append(json.loads(record.read_text()))
     return out
 
 
@@ -346,16 +355,18 @@ def main(argv: list[str] | None = None) -> Path | None:
     cfg = PRESETS[args.preset]()
     name = "trained_recipe" if args.preset == "paper" else f"trained_recipe_{args.preset}"
     ck_dir = RESULTS_DIR / "checkpoints" / f"nope_{name}"
-    if args.part:
-        kind, variant, index = _parse_part(args.part, cfg)
+    for part in args.part.split(",") if args.part else []:
+        kind, variant, index = _parse_part(part, cfg)
         if kind == "sweep":
             r = run_sweep(cfg, variant, index, ck_dir, args.device, not args.quiet)
-            print(json.dumps({k: r[k] for k in ("lr", "train_loss")}))
+            print(json.dumps({"part": part, "lr": r["lr"], "train_loss": r["train_loss"]}))
         else:
-            lr = sweep_choice(_sweep_from_checkpoints(cfg, ck_dir))[variant]
+            lr = choose_lr(_sweep_records(cfg, ck_dir, variant))
             _, hist, _ = train_final(cfg, variant, index, lr, ck_dir, args.device,
                                      not args.quiet)
-            print(f"{variant} seed {index} lr {lr}: test loss {hist['test_loss'][-1]:.3f}")
+            slim_checkpoint(_ck(ck_dir, "final", variant, index))   # small enough to ship
+            print(f"{part} lr {lr}: test loss {hist['test_loss'][-1]:.3f}")
+    if args.part:
         return None
     started = run_started(ck_dir / "run", command_line("lncourse.nope.retrained", argv))
     ck_dir.mkdir(parents=True, exist_ok=True)

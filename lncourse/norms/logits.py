@@ -125,7 +125,15 @@ def _tiny() -> LogitsConfig:
                         test_windows=2, text_chars=100_000)
 
 
-PRESETS = {"paper": _paper, "tiny": _tiny}
+def _long() -> LogitsConfig:
+    """The paper preset's high rates trained long enough to learn (issue 35 item 8: at
+    600 steps of batch 16, Peri-LN at lr >= 0.03 ended at the bigram level): batch 32,
+    2,000 steps (100 of warm-up), lr 0.03, 0.1 and 0.3, 3 seeds."""
+    return LogitsConfig(batch_size=32, steps=2000, warmup=100, eval_every=100,
+                        lrs=(3e-2, 1e-1, 3e-1))
+
+
+PRESETS = {"paper": _paper, "tiny": _tiny, "long": _long}
 
 
 def _data(cfg: LogitsConfig):
@@ -295,7 +303,8 @@ def run(cfg: LogitsConfig, show_progress: bool = True, checkpoint: Path | None =
         state["records"][key] = {"seed": seed, "lr_index": i, "lr": cfg.lrs[i],
                                  "initial_loss": initial, "history": hist,
                                  "test_loss": test_loss(model, test_x, test_y),
-                                 "final_max_logit": max_logits(model, probe)}
+                                 "final_max_logit": max_logits(model, probe),
+                                 "device": device_label(device)}
         state["seconds"] += time.perf_counter() - start
         if checkpoint:
             save_checkpoint(checkpoint, state, kind="norms_logits")
@@ -335,7 +344,18 @@ def grid_main(module: str, description: str, stem: str, train, argv=None) -> Pat
     seconds, out = payload.pop("seconds"), RESULTS_DIR / "norms" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(weights, out.with_suffix(".pt"))
-    return store_run(out, payload, args.device, seconds, started)
+    # the models may have been trained elsewhere (a GPU) and the run stored here
+    devices = sorted({r["device"] for runs in payload["models"].values() for r in runs
+                      if r.get("device")})
+    note = (f"trained on {', '.join(devices)}"
+            if devices and devices != [device_label(args.device)] else None)
+    return store_run(out, payload, args.device, seconds, started, device_note=note)
+
+
+def device_label(device) -> str:
+    """The hardware a model trained on, as stored beside it."""
+    from lncourse.results import device_name
+    return device_name(device)
 
 
 def main(argv: list[str] | None = None) -> Path:

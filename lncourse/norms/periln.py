@@ -133,7 +133,8 @@ def run(cfg: L.LogitsConfig, show_progress: bool = True, checkpoint: Path | None
                                  "test_loss": L.test_loss(model, test_x, test_y),
                                  "final_max_logit": L.max_logits(model, probe),
                                  "stream": stream(model, test_x),
-                                 "bound": increment_bound(model)}
+                                 "bound": increment_bound(model),
+                                 "device": L.device_label(device)}
         state["seconds"] += time.perf_counter() - start
         if checkpoint:
             save_checkpoint(checkpoint, state, kind="norms_periln")
