@@ -120,53 +120,454 @@ def learner_command(hide: list[Path], module: str = "lncourse.grading.learner",
     path = bwrap()
     if path is None:
         return python, {**env, "LNCOURSE_SANDBOX": "fallback"}
-    args = [path, *_namespaces(), *[a for c in caps for a in ("--cap-add", c)], "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--tmpfs", "/dev/shm", "--tmpfs", "/run"]
-    needed = [Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), PACKAGE]
-    hidden = sorted({p.resolve() for p in hide} - {Path("/")})
-    for folder in hidden:
-        args += ["--tmpfs", str(folder)]
-    # put back what a hidden or private folder held that the learner needs (a checkout or
-    # a virtual environment under /tmp, as in a fresh clone made with mktemp -d)
-    private = [Path("/tmp"), Path("/dev/shm"), Path("/run")]
-    for n in needed:
-        if any(n.is_relative_to(f) for f in [*hidden, *private]):
-            args += ["--ro-bind", str(n), str(n)]
-    args += ["--tmpfs", str(PACKAGE / "checks"), "--chdir", "/tmp", "--setenv",
-             "LNCOURSE_SANDBOX", "bwrap", "--", *python]
-    return args, env
+    return [path, *_namespaces(), *[a for c in caps for a in ("--cap-add", c)],
+            *view(hide), "--chdir", "/tmp", "--setenv", "LNCOURSE_SANDBOX", "bwrap", "--",
+            *python], env
 
 
-def readable() -> list[str]:
-    """What the learner's process may read in the fallback (with Landlock): the system,
-    Python and its packages, and ``lncourse`` but its checks."""
+def view(hide: list[Path] = ()) -> list[str]:
+    """bubblewrap's arguments for the learner's file system: an empty root holding,
+    read-only, the system's programs and libraries, the files of /etc that Python needs
+    (``ETC``), parts of /sys, Python and its packages, and ``lncourse`` with its checks
+    hidden; a minimal /dev, its own /proc, and private, empty /tmp, /dev/shm and /run.
+    Nothing else of the machine: no home, no class folder, no sockets on disk."""
+    args = ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--tmpfs", "/dev/shm", "--tmpfs", "/run"]
+    for root in SYSTEM:
+        if os.path.islink(root):
+            args += ["--symlink", os.readlink(root), root]
+        elif os.path.isdir(root):
+            args += ["--ro-bind", root, root]
+    for name in ETC:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for root in SYS:
+        args += ["--ro-bind-try", root, root]
+    roots = {*python_roots(), str(PACKAGE)}
+    for root in sorted(r for r in roots if not any(r != o and Path(r).is_relative_to(o)
+                                                    for o in roots)):
+        args += ["--ro-bind", root, root]
+    bound = [Path(r) for r in [*SYSTEM, *roots]]
+    for folder in sorted({p.resolve() for p in hide} - {Path("/")}):
+        if any(folder.is_relative_to(b) for b in bound):   # a class inside a bound folder
+            args += ["--tmpfs", str(folder)]
+    return args + ["--tmpfs", str(PACKAGE / "checks"), "--remount-ro", "/"]
+
+
+# what the learner's process may read of /etc, /dev and /sys (the fallback, with Landlock;
+# bubblewrap binds the same): what Python, PyTorch and matplotlib read, no secret
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf",
+       "passwd", "group", "host.conf", "gai.conf", "mime.types", "fonts", "matplotlibrc",
+       "alternatives", "os-release", "lsb-release", "debian_version", "python3",
+       "ssl/openssl.cnf")
+DEV = ("null", "zero", "full", "random", "urandom")
+SYS = ("/sys/devices/system/cpu", "/sys/devices/system/node", "/sys/fs/cgroup")
+SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin")
+
+
+def python_roots() -> list[str]:
+    """Python, its standard library and its packages (the virtual environment's too)."""
     import site
     import sysconfig
 
-    roots = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys",
-             "/dev", sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+    roots = [sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
              sysconfig.get_paths()["stdlib"], *site.getsitepackages()]
+    return sorted({str(Path(r).resolve()) for r in roots if r})
+
+
+def readable() -> list[str]:
+    """What the learner's process may read in the fallback (with Landlock): the system's
+    programs and libraries, the files of /etc, /dev and /sys that Python needs, /proc
+    (another process's memory, environment and descriptors stay closed: Landlock refuses
+    ptrace-like access outside its domain), Python and its packages, and ``lncourse``
+    but its checks. Nothing else: no home, no class folder, no /etc/shadow."""
+    roots = [*SYSTEM, "/proc", *(f"/etc/{e}" for e in ETC), *(f"/dev/{d}" for d in DEV),
+             *SYS, *python_roots()]
     roots += [str(p) for p in PACKAGE.iterdir() if p.name != "checks"]
     return roots
 
 
-def fallback_preexec(read: list[str], write: list[str]):
-    """What runs in the learner's process before Python starts (the fallback): its own
-    session, killed with its checker, and Landlock's bounds where the kernel has them."""
-    def preexec() -> None:
-        import ctypes
+# ------------------------------------------------------------------ namespaces (fallback)
+_NEWNS, _NEWUTS, _NEWIPC, _NEWUSER, _NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x40000000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
 
-        os.setsid()
+
+def _enter_namespaces(libc, folder: str | None, size_mb: int) -> None:
+    """New mount, network, IPC and UTS namespaces (a user namespace first when not root),
+    and a size-capped tmpfs on ``folder``, the learner's only writable folder. Raises
+    OSError where the kernel refuses."""
+    uid, gid = os.getuid(), os.getgid()
+    flags = _NEWNS | _NEWNET | _NEWIPC | _NEWUTS
+    if os.geteuid() != 0:
+        flags |= _NEWUSER
+    if libc.unshare(flags) != 0:
+        raise OSError(ctypes_errno(), "unshare")
+    if flags & _NEWUSER:
+        for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                           ("/proc/self/gid_map", f"{gid} {gid} 1")):
+            with open(path, "w") as f:
+                f.write(text)
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise OSError(ctypes_errno(), "mount --make-rprivate /")
+    if folder:
+        options = f"size={int(size_mb)}m,mode=700,uid={uid},gid={gid}".encode()
+        if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+            raise OSError(ctypes_errno(), f"mount tmpfs {folder}")
+
+
+def ctypes_errno() -> int:
+    import ctypes
+    return ctypes.get_errno()
+
+
+def drop_capabilities(libc) -> None:
+    """Every capability dropped, bounding and ambient sets included, for good (root, too,
+    keeps none across ``execve``)."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    libc.prctl(47, 4, 0, 0, 0)                                  # PR_CAP_AMBIENT_CLEAR_ALL
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)                            # PR_CAPBSET_DROP
+    if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+    if libc.prctl(38, 1, 0, 0, 0) != 0:                         # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS")
+
+
+@functools.lru_cache(maxsize=1)
+def namespaces_work() -> bool:
+    """Whether this system lets the fallback give the learner its own namespaces and a
+    size-capped tmpfs (as root, or with unprivileged user namespaces): tried once."""
+    import ctypes
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="lncourse-probe-")
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _enter_namespaces(ctypes.CDLL(None, use_errno=True), folder, 1)
+                code = 0
+            except BaseException:  # noqa: BLE001
+                pass
+            os._exit(code)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def fallback_preexec(read: list[str], write: list[str], folder: str | None = None,
+                     size_mb: int = 2048, join: tuple[str, ...] = ()):
+    """What runs in the learner's process before Python starts (the fallback), in order:
+    its own session, killed with its checker; into its cgroup (``join``: the
+    ``cgroup.procs`` files); its own mount, network, IPC and UTS namespaces with a tmpfs
+    of ``size_mb`` on ``folder`` (where the system allows them); Landlock's bounds; the
+    seccomp filter (``lncourse.grading.seccomp``); every capability dropped. A bound
+    promised (by ``guarantees()``) that cannot be applied stops it before it runs anything."""
+    import ctypes
+    import resource
+
+    from lncourse.grading import seccomp
+    from lncourse.grading.landlock import restrict
+
+    spaces = namespaces_work()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
         try:
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)     # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-        from lncourse.grading.landlock import restrict
-        try:
+            os.setsid()
+            libc.prctl(1, signal.SIGKILL, 0, 0, 0)     # PR_SET_PDEATHSIG
+            for path in join:
+                with open(path, "w") as f:
+                    f.write(str(os.getpid()))
+            # the checker's own soft bound on memory is not the learner's
+            hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+            resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+            if spaces:
+                _enter_namespaces(libc, folder, size_mb)
             restrict(read, write, [str(PACKAGE)])
-        except OSError:
+            seccomp.install()
+            drop_capabilities(libc)
+        except BaseException:  # noqa: BLE001
             os._exit(71)      # bounds promised but not applied: do not run at all
     return preexec
+
+
+# ------------------------------------------------------------------ one bound per submission
+class Cgroup:
+    """One submission's control group: one memory limit for all its processes and the
+    temporary files they write (tmpfs pages are charged to it), and a bound on their
+    number. Version 2 where this process's cgroup can have children with the memory
+    controller, version 1 (the ``memory`` and ``pids`` hierarchies) otherwise; ``create``
+    returns None where neither is writable (an ordinary user without delegation)."""
+
+    _count = 0
+
+    def __init__(self, version: int, memory: Path, pids: Path | None):
+        self.version, self.memory, self.pids = version, memory, pids
+        self.limit = 0
+
+    @staticmethod
+    def _mounts() -> dict[str, Path]:
+        found = {}
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields, extra = left.split(), right.split()
+                if not extra:
+                    continue
+                if extra[0] == "cgroup2":
+                    found.setdefault("v2", Path(fields[4]))
+                elif extra[0] == "cgroup":
+                    for option in extra[-1].split(","):
+                        if option in ("memory", "pids"):
+                            found.setdefault(option, Path(fields[4]))
+        return found
+
+    @staticmethod
+    def _own() -> dict[str, str]:
+        own = {}
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                for c in controllers.split(",") if controllers else ["v2"]:
+                    own[c] = path.lstrip("/")
+        return own
+
+    @classmethod
+    def create(cls, pids: int = 256) -> "Cgroup | None":
+        if os.environ.get("LNCOURSE_CGROUP", "") == "none":
+            return None
+        try:
+            mounts, own = cls._mounts(), cls._own()
+        except OSError:
+            return None
+        cls._count += 1
+        name = f"lncourse-{os.getpid()}-{cls._count}"
+        if "v2" in mounts and "v2" in own:
+            group = mounts["v2"] / own["v2"] / name
+            try:
+                group.mkdir()
+                if (group / "memory.max").exists():
+                    for f, v in (("pids.max", str(pids)), ("memory.swap.max", "0")):
+                        try:
+                            (group / f).write_text(v)
+                        except OSError:
+                            pass
+                    return cls(2, group, group)
+                group.rmdir()
+            except OSError:
+                pass
+        if "memory" in mounts and "memory" in own:
+            memory = mounts["memory"] / own["memory"] / name
+            try:
+                memory.mkdir()
+            except OSError:
+                return None
+            task = None
+            if "pids" in mounts and "pids" in own:
+                task = mounts["pids"] / own["pids"] / name
+                try:
+                    task.mkdir()
+                    (task / "pids.max").write_text(str(pids))
+                except OSError:
+                    task = None
+            return cls(1, memory, task)
+        return None
+
+    def procs(self) -> tuple[str, ...]:
+        """The files a process writes its PID into to join."""
+        return tuple(dict.fromkeys(str(g / "cgroup.procs") for g in (self.memory, self.pids)
+                                   if g is not None))
+
+    def _read(self, name: str) -> str:
+        try:
+            return (self.memory / name).read_text()
+        except OSError:
+            return ""
+
+    def usage(self) -> int:
+        text = self._read("memory.current" if self.version == 2 else "memory.usage_in_bytes")
+        return int(text) if text.strip().isdigit() else 0
+
+    def set_limit(self, limit: int) -> None:
+        self.limit = int(limit)
+        if self.version == 2:
+            (self.memory / "memory.max").write_text(str(self.limit))
+            return
+        swap = self.memory / "memory.memsw.limit_in_bytes"
+        if swap.exists() and self.limit > int(self._read("memory.limit_in_bytes") or 0):
+            swap.write_text(str(self.limit))                # raise the sum first
+            (self.memory / "memory.limit_in_bytes").write_text(str(self.limit))
+            return
+        (self.memory / "memory.limit_in_bytes").write_text(str(self.limit))
+        if swap.exists():
+            try:
+                swap.write_text(str(self.limit))
+            except OSError:
+                pass
+
+    def oom_kills(self) -> int:
+        """How many of its processes the kernel killed for going over the limit."""
+        text = self._read("memory.events" if self.version == 2 else "memory.oom_control")
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        if self.version == 1:      # kernels without the count: how often the limit was hit
+            failed = self._read("memory.failcnt").strip()
+            return 1 if failed.isdigit() and int(failed) > 0 and "under_oom 1" in text else 0
+        return 0
+
+    def members(self) -> list[int]:
+        out = set()
+        for path in self.procs():
+            try:
+                out |= {int(p) for p in Path(path).read_text().split()}
+            except (OSError, ValueError):
+                pass
+        return sorted(out)
+
+    def kill(self) -> None:
+        """SIGKILL every process in it (again, until none is left)."""
+        if self.version == 2:
+            try:
+                (self.memory / "cgroup.kill").write_text("1")
+            except OSError:
+                pass
+        for _ in range(100):
+            found = self.members()
+            if not found:
+                return
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            while True:
+                try:
+                    if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                        break
+                except ChildProcessError:
+                    break
+            import time
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.kill()
+        import time
+        for group in dict.fromkeys(g for g in (self.memory, self.pids) if g is not None):
+            for _ in range(200):
+                try:
+                    group.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+@functools.lru_cache(maxsize=1)
+def cgroups_work() -> bool:
+    group = Cgroup.create()
+    if group is None:
+        return False
+    group.close()
+    return True
+
+
+# ------------------------------------------------------------------ the checker's own bounds
+CHECKER_MB = 3072        # memory the checking process may use beyond what it starts with
+
+
+def limit_checker(memory_mb: int = CHECKER_MB) -> None:
+    """Bound the calling process's address space (a soft limit: the learners it starts
+    raise it back before they run)."""
+    import resource
+
+    with open("/proc/self/status") as status:
+        used_kb = next(int(line.split()[1]) for line in status if line.startswith("VmSize"))
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    cap = used_kb * 1024 + memory_mb * 2**20
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+class Exceeded(Exception):
+    """A bounded piece of work broke its time or memory limit (the message names it)."""
+
+
+def bounded(fn, *args, seconds: float, memory_mb: int):
+    """``fn(*args)`` in a forked process under a time limit and a memory limit; returns
+    its result (which must pickle: our own code's result, never a submission's code's).
+    Raises ``Exceeded`` naming the limit broken; the exception ``fn`` raised otherwise."""
+    import pickle
+    import resource
+    import select
+    import time
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read)
+            with open("/proc/self/status") as status:
+                used_kb = next(int(line.split()[1]) for line in status
+                               if line.startswith("VmSize"))
+            cap = used_kb * 1024 + memory_mb * 2**20
+            resource.setrlimit(resource.RLIMIT_AS, (cap, resource.getrlimit(resource.RLIMIT_AS)[1]))
+            try:
+                data = pickle.dumps(("ok", fn(*args)))
+            except MemoryError:
+                data = pickle.dumps(("memory", None))
+            except BaseException as err:  # noqa: BLE001
+                data = pickle.dumps(("error", err))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(write, view):]
+        except BaseException:  # noqa: BLE001
+            code = 1
+        os._exit(code)
+    os.close(write)
+    chunks, deadline, timed_out = [], time.monotonic() + seconds, False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([read], [], [], left)[0]:
+                timed_out = True
+                break
+            chunk = os.read(read, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(read)
+        if timed_out:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.waitpid(pid, 0)
+    if timed_out:
+        raise Exceeded(f"the time limit of {seconds:g} s")
+    try:
+        kind, value = pickle.loads(b"".join(chunks))
+    except Exception:  # noqa: BLE001 (killed before it could answer: out of memory)
+        raise Exceeded(f"the memory limit of {memory_mb} MB") from None
+    if kind == "memory":
+        raise Exceeded(f"the memory limit of {memory_mb} MB")
+    if kind == "error":
+        raise value
+    return value
 
 
 def _children() -> dict[int, list[int]]:

@@ -27,13 +27,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lncourse.grading.contain import bwrap, fallback_preexec, readable, kill_descendants, learner_command
+from lncourse.grading.contain import (Cgroup, bwrap, fallback_preexec, kill_descendants,
+                                      learner_command, readable)
 from lncourse.guard import timeout_message
 from lncourse.grading.wire import MAX_FRAME, WireError, decode, read_frame, send
 
 MAX_ANSWER_BYTES = MAX_FRAME       # an answer larger than this is refused
 MAX_PRINTED = 2000                 # characters of printed output kept
 STARTUP = 300.0                    # seconds a learner's process may take to import PyTorch
+STARTUP_MB = 3072                  # memory it may take to do so (its cgroup's limit until then)
 
 
 class Learner:
@@ -45,13 +47,22 @@ class Learner:
         self.process: subprocess.Popen | None = None
         self.tmp: str | None = None
         self.fallback = False
+        self.cgroup: Cgroup | None = None
+        self.memory_mb = self.base = self.oom_before = 0
 
-    def ensure(self) -> subprocess.Popen:
+    def ensure(self, memory_mb: int = 2048) -> subprocess.Popen:
+        """The learner's process, started if need be; ``memory_mb``: the memory all its
+        processes and temporary files may use together beyond what it starts with."""
         if self.process is None or self.process.poll() is not None:
             self.kill()
+            self.cgroup = Cgroup.create()
+            if self.cgroup is not None:
+                self.cgroup.set_limit((STARTUP_MB + memory_mb) * 2**20)
             if self.template is not None:     # forked, ready, from the class's template
-                self.process, self.fallback = self.template.fork(), False
+                self.process, self.fallback = self.template.fork(
+                    self.cgroup.procs() if self.cgroup else ()), False
                 self._started()
+                self.bound(memory_mb)
                 return self.process
             argv, env = learner_command(self.hide)
             env["LNCOURSE_PRELOAD"] = ",".join(self.preload)
@@ -60,13 +71,30 @@ class Learner:
             if fallback:
                 self.tmp = tempfile.mkdtemp(prefix="lncourse-grade-")
                 env.update(HOME=self.tmp, TMPDIR=self.tmp)
-                preexec = fallback_preexec(readable(), [self.tmp, os.devnull])
+                preexec = fallback_preexec(readable(), [self.tmp, os.devnull], self.tmp,
+                                           memory_mb, self.cgroup.procs() if self.cgroup else ())
+            elif self.cgroup is not None:
+                procs = self.cgroup.procs()
+                preexec = lambda: [open(p, "w").write(str(os.getpid())) for p in procs]  # noqa: E731
             self.process = subprocess.Popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env=env, close_fds=True, cwd=self.tmp or "/", preexec_fn=preexec, bufsize=0)
             self.fallback = fallback
             self._started()
+        self.bound(memory_mb)
         return self.process
+
+    def bound(self, memory_mb: int) -> None:
+        """One memory limit for the learner's processes and files: what it started with
+        plus ``memory_mb`` (its cgroup's; without one, each process's rlimits)."""
+        if self.cgroup is not None:
+            self.cgroup.set_limit(self.base + memory_mb * 2**20)
+        self.memory_mb = memory_mb
+        self.oom_before = self.cgroup.oom_kills() if self.cgroup else 0
+
+    def over_limit(self) -> bool:
+        """Whether the kernel killed one of its processes for the memory limit."""
+        return self.cgroup is not None and self.cgroup.oom_kills() > self.oom_before
 
     def _started(self) -> None:
         """Wait until the learner's process has imported PyTorch (not counted in any
@@ -81,6 +109,7 @@ class Learner:
             self.kill()
             raise AssertionError("the grader could not start a process for your code "
                                  f"within {STARTUP:.0f} s (is the machine overloaded?)")
+        self.base = self.cgroup.usage() if self.cgroup is not None else 0
 
     def kill(self) -> None:
         p, self.process = self.process, None
@@ -95,6 +124,9 @@ class Learner:
             p.wait()
             for stream in (p.stdin, p.stdout):
                 stream.close()
+        if self.cgroup is not None:
+            self.cgroup.close()
+            self.cgroup = None
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
@@ -113,9 +145,11 @@ class Sandbox:
     def __init__(self, cells, function: str, seconds: float, memory_mb: int = 2048,
                  learner: Learner | None = None):
         self.function_name, self.limit, self.memory_mb = function, seconds, memory_mb
+        self.cells = [(str(f), str(s), list(ix)) for f, s, ix in cells]
+        self.audited: dict[frozenset, str | None] = {}
         self.learner = learner or Learner()
         self._own = learner is None
-        process = self.learner.ensure()
+        process = self.learner.ensure(memory_mb)
         self.deadline = time.monotonic() + seconds
         self._in, self._out = process.stdin.fileno(), process.stdout.fileno()
         self.problems: list[str] = []
@@ -126,6 +160,9 @@ class Sandbox:
 
     def _stopped(self, name: str, where: str | None, how: str) -> AssertionError:
         self.ended = True
+        if self.learner.over_limit():
+            how = (f"it went over the memory limit of {self.memory_mb} MB, which holds for "
+                   "all of its processes and the files it writes together")
         return AssertionError(f"{name}: the process running your code stopped ({how}) "
                               + (f"on input ({where})" if where else "while running the "
                                  "cells your function needs"))
@@ -143,8 +180,14 @@ class Sandbox:
         try:
             header, blobs = read_frame(self._out, MAX_ANSWER_BYTES)
         except EOFError:
+            if self.learner.template is None:
+                try:
+                    self.learner.process.wait(5)
+                except subprocess.TimeoutExpired:
+                    pass
+            stopped = self._stopped(name, where, "it exited")
             self.learner.kill()
-            raise self._stopped(name, where, "it exited") from None
+            raise stopped from None
         except WireError as err:
             self.learner.kill()
             raise AssertionError(f"{name}: your function's answer was refused ({err})"
@@ -229,6 +272,13 @@ class RemoteFunction:
         sandbox = self._sandbox
         if sandbox.ended or sandbox.timed_out:
             raise AssertionError(f"{name}: the process running your code has stopped")
+        if forbidden:   # the rules, checked here, where the submission's code never ran
+            from lncourse.grading.audit import audit
+            key = frozenset(forbidden)
+            if key not in sandbox.audited:
+                sandbox.audited[key] = audit(sandbox.cells, forbidden)
+            if sandbox.audited[key]:
+                raise AssertionError(f"{name}: {sandbox.audited[key]}")
         send(sandbox._in, {"op": "call", "name": name, "where": where,
                            "forbidden": dict(forbidden or {})},
              args=tuple(args), kwargs=dict(kwargs))

@@ -78,11 +78,15 @@ def _drop_capabilities(libc) -> None:
     _check(libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
-def _learner(rin: int, rout: int) -> None:
-    """In the template's child: become a contained learner, then serve (never returns)."""
-    from lncourse.grading import learner
+def _learner(rin: int, rout: int, *join: int) -> None:
+    """In the template's child: become a contained learner, then serve (never returns).
+    ``join``: the ``cgroup.procs`` files of the submission's cgroup, opened by the grader."""
+    from lncourse.grading import learner, seccomp
 
     libc = ctypes.CDLL(None, use_errno=True)
+    for fd in join:       # first: everything below is counted in the submission's bound
+        os.write(fd, b"0")
+        os.close(fd)
     low, high = sorted((rin, rout))
     os.closerange(3, low)
     os.closerange(low + 1, high)
@@ -117,6 +121,7 @@ def _learner(rin: int, rout: int) -> None:
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
     _drop_capabilities(libc)
+    seccomp.install()
     os.chdir("/tmp")
     learner.serve(rin, rout, namespace=True)
 
@@ -157,12 +162,12 @@ def main() -> None:
         if not select.select([control], [], [], 1.0)[0]:
             continue
         try:
-            message, fds, _, _ = socket.recv_fds(control, 64, 2)
+            message, fds, _, _ = socket.recv_fds(control, 64, 4)
         except OSError:
             return
         if not message and not fds:
             return                       # the grader closed its end: the class is graded
-        if message == b"learner" and len(fds) == 2:
+        if message == b"learner" and 2 <= len(fds) <= 4:
             pid = os.fork()
             if pid == 0:
                 code = 0
@@ -181,14 +186,15 @@ class Forked:
     """Stands in for the ``Popen`` of a learner forked by the template. It is not our
     child: it ends, with every process of its namespace, when we close its request pipe."""
 
-    def __init__(self, control: socket.socket):
+    def __init__(self, control: socket.socket, join: tuple[str, ...] = ()):
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
+        joins = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in join]
         try:
-            socket.send_fds(control, [b"learner"], [req_r, rep_w])
+            socket.send_fds(control, [b"learner"], [req_r, rep_w, *joins])
         finally:
-            os.close(req_r)
-            os.close(rep_w)
+            for fd in (req_r, rep_w, *joins):
+                os.close(fd)
         self.stdin, self.stdout = open(req_w, "wb", 0), open(rep_r, "rb", 0)
         self.returncode: int | None = None
 
@@ -238,8 +244,9 @@ class Template:
             return None
         return cls(process, ours)
 
-    def fork(self) -> Forked:
-        return Forked(self.control)
+    def fork(self, join: tuple[str, ...] = ()) -> Forked:
+        """A learner forked from the template; ``join``: its cgroup's ``cgroup.procs``."""
+        return Forked(self.control, join)
 
     def close(self) -> None:
         """End the template; the kernel ends every learner it forked (its PID namespace)."""

@@ -7,7 +7,12 @@ references: what is decoded is at most as large as what was received, plus array
 sizes are checked against their bytes). The receiving side enforces every bound:
 
 - a frame longer than the receiver's ``limit`` is refused before it is read;
-- a header nests at most ``MAX_DEPTH`` levels;
+- its JSON header is at most ``MAX_HEADER`` bytes (arrays travel as raw bytes beside it),
+  refused before it is parsed;
+- a header nests at most ``MAX_DEPTH`` levels, and one value holds at most ``MAX_ITEMS``
+  items, counted before each is built;
+- objects of other types decode to one shared stand-in per type name (at most
+  ``MAX_TYPES`` names), never a new class per item;
 - an array's bytes must be exactly its shape times its item size, and only numeric
   dtypes are accepted.
 
@@ -27,6 +32,9 @@ import torch
 
 MAX_FRAME = 64 * 2**20      # bytes: the largest message a receiver accepts by default
 MAX_DEPTH = 32              # nesting of lists, tuples and dicts in one message
+MAX_HEADER = 8 * 2**20      # bytes of a message's JSON header (its arrays are not counted)
+MAX_ITEMS = 200_000         # values in one decoded message: lists, tuples, dicts and leaves
+MAX_TYPES = 64              # distinct type names of stand-ins for objects of other types
 _NUMERIC = "biufc"          # numpy kinds: bool, int, uint, float, complex
 
 
@@ -89,8 +97,45 @@ def _shape(shape: Any) -> list[int]:
     return shape
 
 
+_STAND_INS: dict[str, type] = {}
+
+
+def _stand_in(name: Any) -> Any:
+    """An empty object whose type carries ``name`` (one type per name, shared)."""
+    name = str(name or "object")[:100]
+    kind = _STAND_INS.get(name)
+    if kind is None:
+        if len(_STAND_INS) >= MAX_TYPES:
+            name, kind = "object", _STAND_INS.get("object")
+        if kind is None:
+            kind = _STAND_INS[name] = type(name, (), {"__slots__": ()})
+    return kind()
+
+
+def _count(tree: Any, limit: int) -> int:
+    """The number of values in ``tree`` (a header's value), without building any; raises
+    once it passes ``limit``."""
+    n, todo = 0, [tree]
+    while todo:
+        node = todo.pop()
+        n += 1
+        if n > limit:
+            raise WireError(f"the answer holds more than {limit:,} items (lists, tuples, "
+                            "dicts and the values in them); return a tensor instead")
+        if isinstance(node, dict):
+            items = node.get("v")
+            if node.get("k") in ("tuple", "list") and isinstance(items, list):
+                todo.extend(items)
+            elif node.get("k") == "dict" and isinstance(items, list):
+                todo.extend(x for pair in items if isinstance(pair, list) for x in pair)
+    return n
+
+
 def decode(tree: Any, blobs: list[memoryview], used: set | None = None, depth: int = 0) -> Any:
-    """The value ``encode`` described. Each blob may be used once."""
+    """The value ``encode`` described. Each blob may be used once; at most ``MAX_ITEMS``
+    values are built (counted first)."""
+    if used is None or depth == 0:
+        _count(tree, MAX_ITEMS)
     used = set() if used is None else used
     if depth > MAX_DEPTH + 1 or not isinstance(tree, dict):
         raise WireError("a malformed message")
@@ -149,7 +194,7 @@ def decode(tree: Any, blobs: list[memoryview], used: set | None = None, depth: i
                 raise WireError("a malformed message (an unhashable key)") from None
         return out
     if kind == "other":
-        return type(str(tree.get("type", "object"))[:100], (), {})()
+        return _stand_in(tree.get("type", "object"))
     raise WireError("a malformed message")
 
 
@@ -169,6 +214,9 @@ def unpack(body: bytes | memoryview) -> tuple[dict, list[memoryview]]:
     size = int.from_bytes(view[:4], "big")
     if size > len(view) - 4:
         raise WireError("a truncated message")
+    if size > MAX_HEADER:
+        raise WireError(f"a message whose header is {size:,} bytes, more than the "
+                        f"{MAX_HEADER:,} allowed (return a tensor, not a long list)")
     try:
         header = json.loads(bytes(view[4:4 + size]))
     except (ValueError, RecursionError):

@@ -1,0 +1,335 @@
+"""Issue 34: what a submission's process can see, what bounds it, and what the checking
+process accepts from it. Each test is a reproducer of one class of attack of the issue's
+probe, run on the containment this machine has (bubblewrap where it is installed, the
+fallback otherwise: ``LNCOURSE_SANDBOX=none`` forces it)."""
+
+import json
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from lncourse.grading import contain, wire
+from lncourse.grading.sandbox import Learner, Sandbox
+
+
+@pytest.fixture(params=["default", "fallback"])
+def sandboxing(request, monkeypatch):
+    if request.param == "fallback":
+        monkeypatch.setenv("LNCOURSE_SANDBOX", "none")
+    elif contain.bwrap() is None:
+        pytest.skip("no bubblewrap here: the default is the fallback")
+    contain.bwrap.cache_clear()
+    yield request.param
+    contain.bwrap.cache_clear()
+
+
+def run(source, *args, memory_mb=512, seconds=30.0, hide=()):
+    """Call ``probe(*args)`` defined by ``source`` in a sandbox; returns its answer."""
+    learner = Learner(list(hide))
+    sandbox = Sandbox([("probe.py", source, [0])], "probe", seconds, memory_mb, learner)
+    try:
+        return sandbox.function(sandbox.start())(*args)
+    finally:
+        sandbox.close()
+        learner.kill()
+
+
+# ----------------------------------------------------------------- what it can read
+READ = '''
+def probe(paths):
+    out = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                f.read(16)
+            out[path] = "read"
+        except OSError as err:
+            out[path] = type(err).__name__
+    import importlib.util
+    out["packages"] = [importlib.util.find_spec(m) is not None for m in ("nbformat", "lncourse.norms")]
+    return out
+'''
+
+
+def test_a_submission_reads_no_file_of_the_teachers(sandboxing, tmp_path):
+    """The class folder beside the submissions (last week's sheet, feedback, roster, the LMS
+    zip), the teacher's home, and the system's secrets stay unread; Python's packages and
+    lncourse can still be imported."""
+    klass = tmp_path / "class"
+    (klass / "submissions").mkdir(parents=True)
+    (klass / "feedback").mkdir()
+    secrets = [klass / "grades.csv", klass / "roster.csv", klass / "feedback" / "zoe.md",
+               klass / "lms.zip"]
+    for path in secrets:
+        path.write_text("secret\n")
+    paths = [str(p) for p in secrets] + ["/etc/shadow", "/etc/gshadow", "/dev/kmsg",
+                                         "/proc/kmsg", os.path.expanduser("~/.bashrc"),
+                                         os.path.expanduser("~/.ssh/id_rsa")]
+    seen = run(READ, paths, hide=[klass / "submissions"])
+    assert seen.pop("packages") == [True, True]
+    leaked = {p: how for p, how in seen.items() if how == "read"}
+    assert not leaked, f"the submission read {sorted(leaked)}"
+
+
+CAPS = '''
+def probe():
+    import ctypes
+    status = {line.split(":")[0]: line.split()[1] for line in open("/proc/self/status")
+              if line.startswith(("CapEff", "CapPrm", "CapBnd", "CapAmb", "NoNewPrivs"))}
+    libc = ctypes.CDLL(None, use_errno=True)
+    buffer = ctypes.create_string_buffer(4096)
+    klog = libc.klogctl(3, buffer, 4096)       # SYSLOG_ACTION_READ_ALL: the kernel log
+    return {"status": status, "klog": int(klog)}
+'''
+
+
+def test_no_capabilities_and_no_kernel_log(sandboxing):
+    seen = run(CAPS)
+    assert seen["status"] == {"CapEff": "0" * 16, "CapPrm": "0" * 16, "CapBnd": "0" * 16,
+                              "CapAmb": "0" * 16, "NoNewPrivs": "1"}
+    assert seen["klog"] < 0, "the submission read the kernel log"
+
+
+SOCKETS = '''
+def probe(unix_path, port):
+    import socket
+    out = {}
+    for name, family, address in (("unix", socket.AF_UNIX, unix_path),
+                                  ("tcp", socket.AF_INET, ("127.0.0.1", port))):
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+            s.settimeout(2)
+            s.connect(address)
+            s.sendall(b"hello from a submission")
+            out[name] = "connected"
+        except OSError as err:
+            out[name] = type(err).__name__
+    return out
+'''
+
+
+def test_no_socket_on_disk_or_on_the_network_is_reachable(sandboxing, tmp_path):
+    heard = []
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(str(tmp_path / "teacher.sock"))
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.bind(("127.0.0.1", 0))
+    for s in (unix, tcp):
+        s.listen(4)
+        s.settimeout(20)
+
+    def accept(s):
+        try:
+            heard.append(s.accept()[0].recv(64))
+        except OSError:
+            pass
+    threads = [threading.Thread(target=accept, args=(s,), daemon=True) for s in (unix, tcp)]
+    for t in threads:
+        t.start()
+    try:
+        seen = run(SOCKETS, str(tmp_path / "teacher.sock"), tcp.getsockname()[1])
+    finally:
+        unix.close()
+        tcp.close()
+    assert seen == {"unix": seen["unix"], "tcp": seen["tcp"]}
+    assert "connected" not in seen.values() and not heard, seen
+
+
+# ----------------------------------------------------------------- one memory bound
+CHILDREN = '''
+def probe(n, mb):
+    import os, select, time
+    read, write = os.pipe()
+    children = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                block = bytearray(mb * 2**20)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                os.write(write, b"1")
+                time.sleep(20)
+            finally:
+                os._exit(0)
+        children.append(pid)
+    got, deadline = 0, time.monotonic() + 15
+    while got < n and time.monotonic() < deadline:
+        if select.select([read], [], [], 0.5)[0]:
+            got += len(os.read(read, 16))
+    # how many hold their memory at once
+    return sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in children)
+'''
+FILES = '''
+def probe(mb):
+    import os
+    written = 0
+    block = b"x" * 2**20
+    for where in (".", os.environ.get("TMPDIR", "/tmp"), "/tmp", "/dev/shm"):
+        for k in range(mb):
+            try:
+                with open(os.path.join(where, f"f{k}"), "ab") as f:
+                    f.write(block)
+                written += 1
+            except OSError:
+                break
+    return written
+'''
+
+
+def test_one_memory_limit_for_all_of_a_submissions_processes(sandboxing):
+    """Four children of 200 MB each under a 256 MB limit: the limit holds for all of them
+    together (they are killed, and the message names the limit), not for each one."""
+    try:
+        alive = run(CHILDREN, 4, 200, memory_mb=256)
+    except AssertionError as err:
+        assert "memory limit" in str(err), err
+        return
+    assert alive * 200 <= 256, f"{alive} children held 200 MB each under a 256 MB limit"
+
+
+def test_temporary_files_count_against_the_memory_limit(sandboxing):
+    """Files written anywhere the submission may write (its folder, /tmp, /dev/shm) are
+    bounded by the same limit as its memory."""
+    try:
+        written = run(FILES, 400, memory_mb=256)
+    except AssertionError as err:
+        assert "memory limit" in str(err), err
+        return
+    assert written <= 256 + 64, f"the submission wrote {written} MB under a 256 MB limit"
+
+
+# ----------------------------------------------------------------- what the checker decodes
+def test_a_message_of_many_small_objects_is_refused_before_it_is_built():
+    """``[object()] * 1_800_000`` was a 63 MB message that built 1.8 million classes in the
+    checker: the count of items in a message is bounded before anything is built."""
+    blobs: list[bytes] = []
+    tree = wire.encode([object()] * (wire.MAX_ITEMS + 1), blobs)
+    frame = wire.pack({"out": tree}, blobs)
+    header, views = wire.unpack(frame[8:])
+    with pytest.raises(wire.WireError, match="items"):
+        wire.decode(header["out"], views)
+    small = wire.decode(wire.encode([object()] * 1000, []), [])
+    assert len({type(x) for x in small}) == 1    # one stand-in type, not one per item
+
+
+def test_a_header_larger_than_its_bound_is_refused_unparsed():
+    big = json.dumps({"blobs": [], "pad": "x" * (wire.MAX_HEADER + 1)}).encode()
+    body = len(big).to_bytes(4, "big") + big
+    with pytest.raises(wire.WireError, match="header"):
+        wire.unpack(body)
+
+
+def test_the_checker_is_bounded_in_memory():
+    """The process that checks a submission has a memory bound of its own."""
+    import resource
+    import subprocess
+    import sys
+    code = ("from lncourse.grading.contain import limit_checker; import resource; "
+            "limit_checker(); print(resource.getrlimit(resource.RLIMIT_AS)[0])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) not in (0, resource.RLIM_INFINITY)
+
+
+# ----------------------------------------------------------------- reading a notebook
+def test_reading_a_notebook_has_its_own_time_limit(tmp_path):
+    """500,000 one-line statements (2 MB) cost a minute and more than a GB in the main
+    grader: reading and analysing a notebook runs in a bounded process of its own."""
+    start = time.monotonic()
+    with pytest.raises(contain.Exceeded, match="time limit"):
+        contain.bounded(time.sleep, 60, seconds=2, memory_mb=256)
+    assert time.monotonic() - start < 10
+    with pytest.raises(contain.Exceeded, match="memory limit"):
+        contain.bounded(bytearray, 600 * 2**20, seconds=30, memory_mb=256)
+    assert contain.bounded(sum, [1, 2, 3], seconds=30, memory_mb=256) == 6
+
+
+# ----------------------------------------------------------------- rules it cannot switch off
+HEADER = "import torch\nimport torch.nn.functional as F\n"
+BYPASSES = {
+    "patched guard": (HEADER + "import contextlib, lncourse.guard\n"
+                      "lncourse.guard.forbid = lambda paths, fn=None: contextlib.nullcontext()\n"
+                      "def layer_norm_fgh(x, gamma, beta, eps):\n"
+                      "    return F.layer_norm(x, x.shape[-1:], gamma, beta, eps)\n"),
+    "kept in a dict, modes popped": (
+        HEADER + "from torch.utils._python_dispatch import _disable_current_modes\n"
+        "KEPT = {'ln': F.layer_norm}\n"
+        "def layer_norm_fgh(x, gamma, beta, eps):\n"
+        "    with _disable_current_modes():\n"
+        "        return KEPT['ln'](x, x.shape[-1:], gamma, beta, eps)\n"),
+    "instance norm": (
+        HEADER + "def layer_norm_fgh(x, gamma, beta, eps):\n"
+        "    flat = x.reshape(1, -1, x.shape[-1])\n"
+        "    return F.instance_norm(flat, eps=eps).reshape(x.shape) * gamma + beta\n"),
+    "batch norm": (
+        HEADER + "def layer_norm_fgh(x, gamma, beta, eps):\n"
+        "    flat = x.reshape(-1, x.shape[-1]).T\n"
+        "    out = F.batch_norm(flat, None, None, training=True, eps=eps)\n"
+        "    return out.T.reshape(x.shape) * gamma + beta\n"),
+    "a name built at run time": (
+        HEADER + "def layer_norm_fgh(x, gamma, beta, eps):\n"
+        "    ln = getattr(F, 'layer' + '_norm')\n"
+        "    return ln(x, x.shape[-1:], gamma, beta, eps)\n"),
+    "another process": (
+        HEADER + "def layer_norm_fgh(x, gamma, beta, eps):\n"
+        "    import subprocess, sys, pickle\n"
+        "    code = ('import sys, pickle, torch; x, g, b, e = pickle.load(sys.stdin.buffer); '\n"
+        "            'pickle.dump(torch.nn.functional.layer_norm(x, x.shape[-1:], g, b, e), sys.stdout.buffer)')\n"
+        "    done = subprocess.run([sys.executable, '-c', code], input=pickle.dumps((x, gamma, beta, eps)),\n"
+        "                          capture_output=True)\n"
+        "    return pickle.loads(done.stdout)\n"),
+}
+ENGINE = (HEADER + "from torch.autograd import Variable\n"
+          "def layer_norm_jacobian(x, gamma, eps):\n"
+          "    rows = []\n"
+          "    for i in range(x.shape[-1]):\n"
+          "        v = x.detach().clone().requires_grad_(True)\n"
+          "        y = F.layer_norm(v, v.shape, gamma, None, eps)\n"
+          "        grad, = Variable._execution_engine.run_backward((y[i],), (torch.ones(()),),\n"
+          "                                                        False, False, (v,), False)\n"
+          "        rows.append(grad)\n"
+          "    return torch.stack(rows)\n")
+
+
+
+
+def statements(source):
+    import ast
+    return list(range(len(ast.parse(source).body)))
+
+
+@pytest.mark.parametrize("name", sorted(BYPASSES))
+def test_forbidden_calls_cannot_be_switched_off(sandboxing, name):
+    """The probe's routes around the rule "write LayerNorm yourself": each is refused, by a
+    check made in the checker's process (the submission's code never ran there)."""
+    from lncourse import checks
+    source = BYPASSES[name]
+    learner = Learner()
+    sandbox = Sandbox([("exercise.py", source, statements(source))], "layer_norm_fgh", 60.0,
+                      1024, learner)
+    try:
+        info = sandbox.start()
+        with pytest.raises(AssertionError, match="forbids|not allowed|may not"):
+            checks.check_layer_norm_fgh(sandbox.function(info), hidden=False)
+    finally:
+        sandbox.close()
+        learner.kill()
+
+
+def test_autograds_engine_is_autograd(sandboxing):
+    from lncourse import checks
+    learner = Learner()
+    sandbox = Sandbox([("exercise.py", ENGINE, statements(ENGINE))], "layer_norm_jacobian",
+                      60.0, 1024, learner)
+    try:
+        info = sandbox.start()
+        with pytest.raises(AssertionError, match="forbids|not allowed|may not|autograd"):
+            checks.check_layer_norm_jacobian(sandbox.function(info), hidden=False)
+    finally:
+        sandbox.close()
+        learner.kill()
