@@ -114,7 +114,18 @@ def _tiny() -> RetrainConfig:
                          loss_windows=4, late_start=16, seeds=(0, 1))
 
 
-PRESETS = {"paper": RetrainConfig, "tiny": _tiny}
+def _cpu() -> RetrainConfig:
+    """What a shared 2-core CPU affords in an hour (the GPU preset ``paper`` could not be
+    sent to a GPU): d 64, 4 heads, 2 layers, T 128, batch 32, 1,500 steps (75 of
+    warm-up), a sweep of 3 rates over 150 steps, one seed; 256 windows (16 groups of 16)
+    for the variance profiles, 128 for the per-position loss."""
+    return RetrainConfig(d_model=64, n_heads=4, n_layers=2, block_size=128, batch_size=32,
+                         steps=1500, warmup=75, eval_every=100, eval_batches=4,
+                         sweep_lrs=(1e-3, 3e-3, 1e-2), sweep_steps=150, windows=256,
+                         loss_windows=128, late_start=64, seeds=(0,))
+
+
+PRESETS = {"paper": RetrainConfig, "cpu": _cpu, "tiny": _tiny}
 
 
 @functools.lru_cache(maxsize=1)
