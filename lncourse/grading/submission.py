@@ -344,9 +344,10 @@ def program_for(sub: Submission, exercise: Exercise) -> tuple[Program | None, st
 
 def fingerprint(programs) -> str | None:
     """A hash of the code the exercises' programs run, after normalising its layout
-    (``ast.unparse``: whitespace, comments and quotes do not count); None without code.
-    Two submissions with the same fingerprint handed in the same code."""
-    code = [c for p in programs if p is not None for c in p.code]
+    (``ast.unparse``, then every run of whitespace as one space: blank lines, spacing,
+    comments and quotes do not count); None without code. Two submissions with the same
+    fingerprint handed in the same code."""
+    code = [re.sub(r"\s+", " ", c) for p in programs if p is not None for c in p.code]
     return hashlib.sha256("\n".join(code).encode()).hexdigest() if code else None
 
 

@@ -26,7 +26,8 @@ from lncourse.grading.grade import grade, write_csv
 from lncourse.grading.contain import bwrap, contained
 
 CH = find_chapter("01_layernorm_geometry")
-FGH, P, PLANE, FOLD, RMS, JAC = (e.label for e in CH.exercises)
+FGH, P, PLANE, FOLD, RMS, JAC = ("ex-layer-norm-fgh", "ex-centering-matrix", "ex-layer-norm-on-plane",
+                                  "ex-fold-into-linear", "ex-rms-norm", "ex-layer-norm-jacobian")
 MARK = uuid.uuid4().hex
 CANARY = ROOT / "lncourse" / f"canary_{MARK}.py"
 REDUCED = Path("/tmp") / f"reduce_{MARK}"
@@ -430,3 +431,93 @@ def test_a_failed_write_leaves_the_old_sheet_whole(tmp_path, monkeypatch):
         grade_sheet.atomic_write(tmp_path / "grades.csv", "new")
     assert (tmp_path / "grades.csv").read_text() == "old sheet\n"
     assert [p.name for p in tmp_path.iterdir()] == ["grades.csv"]
+
+
+# 9. the submitted files themselves (issue 34): links, FIFOs, devices and huge files are
+# refused with a line in the sheet, and read without following or blocking; identical
+# code is flagged for the teacher
+def _refusals(tmp_path):
+    solution = editions(CH.stem)["solution"]
+    lastterm = tmp_path / "last_term"
+    lastterm.mkdir()
+    nbformat.write(solution, lastterm / "ada.ipynb")
+    folder = tmp_path / "class"
+    folder.mkdir()
+    nbformat.write(solution, folder / "classmate.ipynb")
+    (folder / "zero.ipynb").symlink_to("/dev/zero")
+    (folder / "copy_of_classmate.ipynb").symlink_to(folder / "classmate.ipynb")
+    (folder / "last_term.ipynb").symlink_to(lastterm / "ada.ipynb")
+    os.mkfifo(folder / "fifo.ipynb")
+    with open(folder / "huge.ipynb", "wb") as f:          # sparse: no disk used
+        f.truncate(40 * 2**20)
+    (folder / "Eve_9_assignsubmission_file").symlink_to(lastterm, target_is_directory=True)
+    return folder, {
+        "zero.ipynb": "symbolic link", "copy_of_classmate.ipynb": "symbolic link",
+        "last_term.ipynb": "symbolic link", "fifo.ipynb": "FIFO",
+        "huge.ipynb": "more than the", "Eve_9_assignsubmission_file/ada.ipynb": "folder"}
+
+
+def test_links_fifos_and_huge_files_are_refused_at_once(tmp_path):
+    """Read directly, each is refused in well under a second: /dev/zero is not read for
+    seconds, the FIFO does not block, a link to a classmate's notebook is not graded."""
+    import signal
+    from lncourse.grading.submission import read_submission
+    folder, expected = _refusals(tmp_path)
+    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("blocked")))
+    signal.alarm(20)
+    try:
+        for name, why in expected.items():
+            start = time.monotonic()
+            sub = read_submission(folder / name)
+            assert time.monotonic() - start < 1, name
+            assert sub.refused and why in sub.refused and not sub.statements, (name, sub.refused)
+    finally:
+        signal.alarm(0)
+    if os.path.exists("/dev/null") and os.geteuid() != 0:
+        sub = read_submission("/dev/null")      # a device, named directly
+        assert "character device" in sub.refused
+
+
+def test_refused_files_get_a_clear_line_in_the_sheet(tmp_path, monkeypatch):
+    """Graded as a class beside a classmate: a row of zeros each, flagged "refused: ...";
+    the classmate's row is untouched. (The checks are replaced by a stand-in that passes
+    every exercise it is given: a refused file is given none.)"""
+    import csv
+    from lncourse.grading import grade as grade_module
+    from lncourse.grading.grade import Outcome, main
+    monkeypatch.setattr(grade_module, "_run", lambda jobs, workers, template=True: [
+        [Outcome(True, "stand-in")] * len(job.programs) for job in jobs])
+    folder, expected = _refusals(tmp_path)
+    paths = [str(folder / "classmate.ipynb")] + [str(folder / n) for n in expected]
+    main([*paths, "--out", str(tmp_path / "g.csv"), "--chapter", "1"])
+    rows = {r["submission"]: r for r in csv.DictReader(open(tmp_path / "g.csv"))}
+    assert rows["classmate.ipynb"]["total"] == str(sum(e.points for e in CH.exercises))
+    for name, why in expected.items():
+        assert rows[name]["total"] == "0" and "refused: " in rows[name]["flags"], rows[name]
+        assert why in rows[name]["flags"]
+
+
+def test_identical_code_is_flagged(tmp_path, monkeypatch):
+    """Two notebooks with the same answers, laid out differently (blank lines, spaces,
+    comments), are flagged as identical; a third, with its own code, is not."""
+    from lncourse.grading import grade as grade_module
+    from lncourse.grading.grade import Outcome, grade
+    monkeypatch.setattr(grade_module, "_run", lambda jobs, workers, template=True: [
+        [Outcome(True, "stand-in")] * len(job.programs) for job in jobs])
+    solution = editions(CH.stem)["solution"]
+    nbformat.write(solution, tmp_path / "a.ipynb")
+    spaced = copy.deepcopy(solution)
+    for c in spaced.cells:
+        if c.cell_type == "code" and not c.source.lstrip().startswith(("%", "!")):
+            c.source = "# my own work\n\n" + c.source.replace(" = ", "  =  ") + "\n\n"
+    nbformat.write(spaced, tmp_path / "b.ipynb")
+    own = with_function(solution, P, """
+def centering_matrix(d):
+    return torch.eye(d, dtype=torch.float64) - 1.0 / d
+""")
+    nbformat.write(own, tmp_path / "c.ipynb")
+    _, graded = grade([tmp_path / n for n in ("a.ipynb", "b.ipynb", "c.ipynb")])
+    flags = {g.submission_name: "; ".join(g.flags) for g in graded}
+    assert "identical code to b.ipynb" in flags["a.ipynb"]
+    assert "identical code to a.ipynb" in flags["b.ipynb"]
+    assert "identical" not in flags["c.ipynb"]
