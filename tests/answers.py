@@ -1281,6 +1281,75 @@ def qk_bound_unit_vectors(g_q, g_k):
     return (g_q * g_k).abs().max(-1).values
 
 
+@right("bigram_loss")
+def bigram_loss(train_ids, test_ids, vocab_size):
+    counts = torch.ones(vocab_size, vocab_size, dtype=torch.float64)
+    counts.index_put_((train_ids[:-1], train_ids[1:]),
+                      torch.ones(len(train_ids) - 1, dtype=torch.float64), accumulate=True)
+    p = counts / counts.sum(1, keepdim=True)
+    return float(-torch.log(p[test_ids[:-1], test_ids[1:]]).mean())
+
+
+@right("bigram_loss")
+def bigram_loss_cross_entropy(train_ids, test_ids, vocab_size):
+    counts = torch.ones(vocab_size, vocab_size)              # float32, a loop
+    for i, j in zip(train_ids[:-1].tolist(), train_ids[1:].tolist()):
+        counts[i, j] += 1
+    return torch.nn.functional.cross_entropy(counts.log()[test_ids[:-1]],
+                                             test_ids[1:]).item()
+
+
+@right("bigram_loss")
+def bigram_loss_numpy(train_ids, test_ids, vocab_size):
+    t, s = train_ids.numpy(), test_ids.numpy()
+    c = np.ones((vocab_size, vocab_size))
+    np.add.at(c, (t[:-1], t[1:]), 1)
+    return float(-np.log((c / c.sum(1, keepdims=True))[s[:-1], s[1:]]).mean())
+
+
+@wrong("bigram_loss", "add-one smoothing")
+def bigram_unsmoothed(train_ids, test_ids, vocab_size):
+    counts = torch.zeros(vocab_size, vocab_size, dtype=torch.float64)
+    counts.index_put_((train_ids[:-1], train_ids[1:]),
+                      torch.ones(len(train_ids) - 1, dtype=torch.float64), accumulate=True)
+    p = counts / counts.sum(1, keepdim=True).clamp_min(1)
+    return float(-torch.log(p[test_ids[:-1], test_ids[1:]]).mean())
+
+
+@wrong("bigram_loss", "rows the current id")
+def bigram_transposed(train_ids, test_ids, vocab_size):
+    counts = torch.ones(vocab_size, vocab_size, dtype=torch.float64)
+    counts.index_put_((train_ids[:-1], train_ids[1:]),
+                      torch.ones(len(train_ids) - 1, dtype=torch.float64), accumulate=True)
+    p = counts / counts.sum(1, keepdim=True)
+    return float(-torch.log(p[test_ids[1:], test_ids[:-1]]).mean())
+
+
+@wrong("bigram_loss", "each row")
+def bigram_columns(train_ids, test_ids, vocab_size):
+    counts = torch.ones(vocab_size, vocab_size, dtype=torch.float64)
+    counts.index_put_((train_ids[:-1], train_ids[1:]),
+                      torch.ones(len(train_ids) - 1, dtype=torch.float64), accumulate=True)
+    p = counts / counts.sum(0, keepdim=True)
+    return float(-torch.log(p[test_ids[:-1], test_ids[1:]]).mean())
+
+
+@wrong("bigram_loss", "read them on the test ids")
+def bigram_swapped_splits(train_ids, test_ids, vocab_size):
+    return bigram_loss(test_ids, train_ids, vocab_size)
+
+
+@wrong("bigram_loss", "natural log")
+def bigram_in_bits(train_ids, test_ids, vocab_size):
+    return bigram_loss(train_ids, test_ids, vocab_size) / math.log(2)
+
+
+@wrong("bigram_loss", "unigram table")
+def bigram_unigram(train_ids, test_ids, vocab_size):
+    u = torch.bincount(train_ids, minlength=vocab_size).double() + 1
+    return float(-torch.log(u[test_ids] / u.sum()).mean())
+
+
 @right("fraction_along_ones")
 def fraction_along_ones(h):
     d = h.shape[-1]

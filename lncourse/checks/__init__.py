@@ -27,6 +27,6 @@ from lncourse.checks.nope import (  # noqa: F401
     check_sample_covariance,
 )
 from lncourse.checks.norms import (  # noqa: F401
-    check_chance_abs_cos, check_dyt, check_fraction_along_ones, check_qk_logit_bound,
-    check_qk_norm_scores,
+    check_bigram_loss, check_chance_abs_cos, check_dyt, check_fraction_along_ones,
+    check_qk_logit_bound, check_qk_norm_scores,
 )

@@ -11,7 +11,7 @@ from torch import Tensor
 from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_dyt", "check_chance_abs_cos", "check_qk_norm_scores",
-           "check_fraction_along_ones", "check_qk_logit_bound"]
+           "check_fraction_along_ones", "check_qk_logit_bound", "check_bigram_loss"]
 
 
 # --- DyT -----------------------------------------------------------------------------
@@ -186,6 +186,89 @@ def check_qk_logit_bound(fn: Callable, *, hidden: bool = False) -> None:
               mistakes=_BOUND_MISTAKES)
 
 
+# --- the bigram table's loss ----------------------------------------------------------
+def _table(train: Tensor, v: int, smoothing: float = 1.0) -> Tensor:
+    counts = torch.full((v, v), smoothing, dtype=torch.float64)
+    counts.index_put_((train[:-1], train[1:]),
+                      torch.ones(len(train) - 1, dtype=torch.float64), accumulate=True)
+    return counts
+
+
+def _bigram(train: Tensor, test: Tensor, v: int) -> float:
+    counts = _table(train, v)
+    p = counts / counts.sum(1, keepdim=True)
+    return float(-torch.log(p[test[:-1], test[1:]]).mean())
+
+
+def _unsmoothed(train, test, v):
+    counts = _table(train, v, 0.0)
+    p = counts / counts.sum(1, keepdim=True).clamp_min(1)
+    return float(-torch.log(p[test[:-1], test[1:]]).mean())
+
+
+def _transposed(train, test, v):
+    counts = _table(train, v)
+    p = counts / counts.sum(1, keepdim=True)
+    return float(-torch.log(p[test[1:], test[:-1]]).mean())
+
+
+def _columns(train, test, v):
+    counts = _table(train, v)
+    p = counts / counts.sum(0, keepdim=True)
+    return float(-torch.log(p[test[:-1], test[1:]]).mean())
+
+
+def _unigram(train, test, v):
+    u = torch.bincount(train, minlength=v).double() + 1
+    return float(-torch.log(u[test] / u.sum()).mean())
+
+
+_BIGRAM_MISTAKES = [
+    ("add one to every count (add-one smoothing): without it a pair never seen in "
+     "training has probability 0, and the counts differ from the table asked for",
+     _unsmoothed),
+    ("the table is p(next | current): index it [current, next], rows the current id",
+     _transposed),
+    ("normalise each row (sum over the next id, dim=1), not each column",
+     _columns),
+    ("count the pairs on the training ids and read them on the test ids, not the "
+     "other way round", lambda train, test, v: _bigram(test, train, v)),
+    ("the loss is in nats: use the natural log, not log2",
+     lambda train, test, v: _bigram(train, test, v) / math.log(2)),
+    ("that is the unigram table (each id alone); the bigram table conditions on the "
+     "previous id", _unigram),
+]
+
+
+def _shakespeare(chars: int, start: int = 0) -> tuple[Tensor, Tensor, int]:
+    """Consecutive training and test ids from the plays chapter 5's models read."""
+    from lncourse.text import CharTokenizer, load_shakespeare, split_text
+
+    text = load_shakespeare()[start:start + chars]
+    train, test = split_text(text)
+    tok = CharTokenizer.from_text(text)
+    return (torch.as_tensor(tok.encode(train)), torch.as_tensor(tok.encode(test)),
+            tok.vocab_size)
+
+
+def check_bigram_loss(fn: Callable, *, hidden: bool = False) -> None:
+    """bigram_loss(train_ids, test_ids, vocab_size): the test cross-entropy in nats of
+    the add-one bigram table counted on train_ids, as a float."""
+    g = generator(54)
+    toy = (torch.tensor([0, 1, 2, 0, 1, 2, 2, 0]), torch.tensor([0, 1, 2, 2]), 3)
+    cases = [case(*toy),
+             case(torch.randint(0, 5, (400,), generator=g),
+                  torch.randint(0, 5, (90,), generator=g), 5),
+             case(*_shakespeare(40_000))]
+    if hidden:
+        cases += [case(torch.randint(0, 3, (50,), generator=g),
+                       torch.randint(0, 7, (30,), generator=g), 7),   # unseen ids
+                  case(torch.tensor([4, 4]), torch.tensor([4, 4, 0]), 6),
+                  case(*_shakespeare(60_000, start=500_000))]
+    run_check(fn, "bigram_loss", ["train_ids", "test_ids", "vocab_size"], cases,
+              reference=_bigram, mistakes=_BIGRAM_MISTAKES, dtype=torch.float32)
+
+
 # The known mistakes of every exercise this module checks, by the exercise's function
 # name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
@@ -194,4 +277,5 @@ MISTAKES = {
     "qk_norm_scores": _QK_MISTAKES,
     "fraction_along_ones": _ALONG_MISTAKES,
     "qk_logit_bound": _BOUND_MISTAKES,
+    "bigram_loss": _BIGRAM_MISTAKES,
 }

@@ -86,11 +86,14 @@ CHAPTERS: tuple[Chapter, ...] = (
              preload=("lncourse.nope.variance",)),
     _chapter("05_norms", "Today's normalisations through the lenses",
              ("ex-dyt", "Dynamic tanh", "dyt", 1),
-             ("ex-chance-abs-cos", "The chance level of cos(h, 1)", "chance_abs_cos", 2),
-             ("ex-fraction-along-ones", "How much of h lies along 1", "fraction_along_ones", 1),
              ("ex-qk-norm-scores", "QK-norm in a head", "qk_norm_scores", 2),
              ("ex-qk-logit-bound", "The largest logit of a QK-normed head",
-              "qk_logit_bound", 1)),
+              "qk_logit_bound", 1),
+             ("ex-bigram-loss", "The bigram yardstick", "bigram_loss", 2),
+             ("ex-chance-abs-cos", "The chance level of cos(h, 1)", "chance_abs_cos", 2),
+             ("ex-fraction-along-ones", "How much of h lies along 1", "fraction_along_ones", 1)),
+    # chapter 5's replication page: no exercises (after the lesson, so "5" finds the lesson)
+    _chapter("05_norms_replication", "Reproducing chapter 5: today's norms, measured"),
 )
 
 

@@ -72,6 +72,7 @@ CODE = ["lncourse/nope/stream_device.py", "lncourse/nope/stream_fast.py",
 ROOT = Path(__file__).resolve().parent.parent.parent
 FILE_LIMIT = 15 * 2**20
 MAX_FILES = 6
+ARRAYS = ("pred_", "seqerr_")   # a model's arrays: predictions, per-sequence errors
 
 
 def blob_id(path: Path) -> str:
@@ -106,9 +107,9 @@ def pack(arrays: dict[str, np.ndarray], limit: int = FILE_LIMIT) -> list[list[st
 
 def _write(out: Path, record: dict, done: dict) -> None:
     """The record and the predictions of every finished model, under ``out``."""
-    arrays = {f"{ph}__{m['kind']}_{m['seed']}_{k[5:]}": np.asarray(m[k], np.int16)
-              for ph, models in done.items() for m in models for k in m
-              if k.startswith("pred_")}
+    arrays = {f"{ph}__{m['kind']}_{m['seed']}__{k}": np.asarray(
+        m[k], np.int16 if k.startswith("pred_") else np.float32)
+        for ph, models in done.items() for m in models for k in m if k.startswith(ARRAYS)}
     groups = pack(arrays)
     if len(groups) > MAX_FILES:
         raise ValueError(f"predictions need {len(groups)} files, more than {MAX_FILES}")
@@ -122,7 +123,7 @@ def _write(out: Path, record: dict, done: dict) -> None:
     record["predictions"] = files
     for ph, models in done.items():
         record["phases"][ph]["models"] = [
-            {k: v for k, v in m.items() if not k.startswith("pred_")} for m in models]
+            {k: v for k, v in m.items() if not k.startswith(ARRAYS)} for m in models]
     tmp = out / "stream_gpu.json.tmp"
     tmp.write_text(json.dumps(record, indent=1))
     os.replace(tmp, out / "stream_gpu.json")

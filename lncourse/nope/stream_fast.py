@@ -37,6 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -47,7 +48,8 @@ from lncourse.nope.stream import DTYPES, Probes, StreamConfig, _losses, errors, 
 from lncourse.nope.variance import check_sizes, random_nope_model
 from lncourse.rng import check_seed
 
-__all__ = ["FastConfig", "FrozenNoPE", "OutOfTime", "train_fast", "host_inputs"]
+__all__ = ["FastConfig", "FrozenNoPE", "OutOfTime", "train_fast", "host_inputs",
+           "sequence_errors"]
 
 INPUTS = ("stream", "device")
 
@@ -200,6 +202,13 @@ def _predict(frozen: FrozenNoPE, cls, reg, seed: int, indices, cfg: FastConfig, 
     return [torch.cat([p[i] for p in preds], 1) for i in range(2)]
 
 
+def sequence_errors(pred: Tensor, seq_len: int) -> np.ndarray:
+    """Per depth and sequence, the mean absolute error of predictions (K + 1, N * T):
+    (K + 1, N) float32 (their mean over sequences is :func:`errors`)."""
+    p = np.asarray(pred, dtype=np.float64).reshape(len(pred), -1, seq_len)
+    return np.abs(p - np.arange(seq_len)).mean(-1).astype(np.float32)
+
+
 def train_fast(cfg: FastConfig, seed: int, causal: bool, device="cpu", state=None,
                on_checkpoint=None, deadline: float = math.inf) -> dict:
     """Train both probes of one frozen model on ``device``; measure them.
@@ -269,19 +278,20 @@ def train_fast(cfg: FastConfig, seed: int, causal: bool, device="cpu", state=Non
            "seqs_per_s": cfg.train_seqs / train_seconds}
     held = range(cfg.held_out_start, cfg.held_out_start + cfg.eval_seqs)
     f32 = FrozenNoPE(model, torch.float32)
-    for tag, fr in (("", f32), (f"_{cfg.dtype}", frozen)):
-        if tag == "_float32":
-            continue
+    low = "" if cfg.dtype == "float32" else f"_{cfg.dtype}"   # the training precision
+    for tag, fr in (("", f32),) + (((low, frozen),) if low else ()):
         for probe, p in zip(("classifier", "regression"),
                             _predict(fr, cls, reg, seed, held, cfg, device)):
             out[f"mae_{probe}{tag}"] = errors(p, T)
             if not tag:
                 out[f"pred_{probe}"] = p
+            if cfg.train_eval and tag == low:
+                out[f"seqerr_{probe}_held"] = sequence_errors(p, T)
     if cfg.train_eval:
-        idx = cfg.train_indices()
-        for probe, p in zip(("classifier", "regression"),
-                            _predict(frozen, cls, reg, seed, idx, cfg, device)):
+        for probe, p in zip(("classifier", "regression"), _predict(
+                frozen, cls, reg, seed, cfg.train_indices(), cfg, device)):
             out[f"mae_{probe}_train"] = errors(p, T)
+            out[f"seqerr_{probe}_train"] = sequence_errors(p, T)
             if cfg.train_keep:
                 out[f"pred_{probe}_train"] = p[:, :cfg.train_keep * T]
                 out[f"mae_{probe}_train_subset"] = errors(out[f"pred_{probe}_train"], T)

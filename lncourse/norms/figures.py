@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from lncourse.plotting.style import COLORS, figure_and_axes, legend_below
 
-__all__ = ["by_depth", "channel_map", "trained_heads", "v_lens"]
+__all__ = ["by_depth", "channel_map", "trained_heads", "v_lens", "logit_growth", "keys_by_norm"]
 
 _MODEL_COLORS = [COLORS["no_projection"], COLORS["layernorm"]]   # RMSNorm, LayerNorm
 
@@ -125,13 +125,16 @@ def v_lens(measured: dict[str, np.ndarray], predicted: dict[str, dict],
     return fig
 
 
-def logit_growth(result: dict, ax=None) -> Figure:
+def logit_growth(result: dict, ax=None, references: dict[str, float] | None = None
+                 ) -> Figure:
     """Two panels against the peak learning rate (log x), per variant, each seed a dot
     and the mean a line (geometric on the right). Left: the final test loss (nats per character; a diverged
     model is not drawn). Right: the largest attention logit after training (max over
     layers, log y).
 
-    result: a stored (or freshly run) :mod:`lncourse.norms.logits` payload.
+    result: a stored (or freshly run) :mod:`lncourse.norms.logits` payload;
+    references: {"bigram": ..., "unigram": ...}, the data's table losses, drawn as
+    horizontal lines on the loss panel.
     """
     fig, (left, right) = figure_and_axes(ax, n=2, width=7.2, height=3.4)
     lrs = np.asarray(result["config"]["lrs"], dtype=float)
@@ -154,7 +157,37 @@ def logit_growth(result: dict, ax=None) -> Figure:
         panel.set_xscale("log")
         panel.set_xlabel("peak learning rate")
     right.set_yscale("log")
+    for (name, loss), ls in zip((references or {}).items(), (":", "-.")):
+        left.axhline(loss, color=COLORS["theory"], ls=ls, lw=1.0, label=f"{name} table")
     left.set_ylabel("final test loss (nats)")
     right.set_ylabel("largest attention logit")
     legend_below(left, ncol=2)
+    return fig
+
+
+def keys_by_norm(keys: dict[str, np.ndarray], ax=None) -> Figure:
+    """One panel per norm: a head's keys in the plane (d_h = 2), the convex hull of
+    each panel's keys outlined, its vertices (the selectable keys) filled and the
+    keys inside it (unselectable) hollow.
+
+    keys: panel label -> (n, 2) keys.
+    """
+    from scipy.spatial import ConvexHull
+
+    fig, axes = figure_and_axes(ax, n=len(keys), width=7.2, height=2.7)
+    for panel, (label, k) in zip(np.atleast_1d(axes), keys.items()):
+        k = np.asarray(k, dtype=float)
+        hull = ConvexHull(k)
+        ring = np.append(hull.vertices, hull.vertices[0])
+        inside = np.setdiff1d(np.arange(len(k)), hull.vertices)
+        panel.plot(k[ring, 0], k[ring, 1], color=COLORS["theory"], lw=0.8)
+        panel.scatter(k[inside, 0], k[inside, 1], s=10, facecolors="none",
+                      edgecolors="0.45", lw=0.7, label="inside: unselectable")
+        panel.scatter(k[hull.vertices, 0], k[hull.vertices, 1], s=12,
+                      color=COLORS["layernorm"], label="vertex: selectable")
+        panel.set_aspect("equal", adjustable="datalim")
+        panel.set_xlabel(label)
+        panel.set_xticks([])
+        panel.set_yticks([])
+    legend_below(np.atleast_1d(axes)[0], ncol=2)
     return fig
