@@ -50,8 +50,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def as_tensor(value: Any) -> Tensor | None:
     """A tensor (device kept) for tensors, arrays and Python/NumPy scalars; else None."""
     if isinstance(value, Tensor):
-        return value.detach()
+        value = value.detach()
+        return value.to_dense() if value.layout != torch.strided else value   # sparse
     if isinstance(value, np.ndarray) and value.dtype != object:
+        if not value.dtype.isnative:       # another byte order: the same numbers, native
+            value = value.astype(value.dtype.newbyteorder("="))
         return torch.from_numpy(np.ascontiguousarray(value))
     if isinstance(value, (bool, np.bool_)):
         return torch.tensor(bool(value))

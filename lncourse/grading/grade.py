@@ -83,6 +83,14 @@ class _Job:
     preload: tuple[str, ...] = ()  # modules the learner's process imports before its forks
 
 
+def _bound(job: "_Job") -> float:
+    """Seconds a checker may take for one exercise: its calls' bound in the sandbox
+    (``sandbox.CALLS`` per-call limits, stretched by the load at most 3 times), a margin,
+    and a learner's start."""
+    from lncourse.grading.sandbox import CALLS
+    return job.timeout * CALLS * 3 + MARGIN + STARTUP
+
+
 MAX_RESULT = 2**20      # bytes: the largest result a checker may send the main grader
 
 
@@ -215,7 +223,7 @@ def _run_checkers(jobs: list[_Job], workers: int, template) -> list[list[Outcome
             process = context.Process(target=_checker, args=(job, send, template))
             process.start()
             os.close(send)
-            running[i] = [process, receive, time.monotonic() + job.timeout + MARGIN + STARTUP]
+            running[i] = [process, receive, time.monotonic() + _bound(job)]
         ready = multiprocessing.connection.wait(
             [r for _, r, _ in running.values()], timeout=1.0)
         for i, entry in list(running.items()):
@@ -228,14 +236,14 @@ def _run_checkers(jobs: list[_Job], workers: int, template) -> list[list[Outcome
                     k = header.get("k")
                     if type(k) is int and 0 <= k < len(job.programs) and k not in done:
                         done[k] = _outcome(header)
-                        entry[2] = time.monotonic() + job.timeout + MARGIN + STARTUP
+                        entry[2] = time.monotonic() + _bound(job)
                 except EOFError:
                     failure = ("the grader's process for this exercise stopped "
                                f"(exit code {process.exitcode})")
                 except WireError as err:
                     failure = f"the grader's process for this exercise sent a bad result ({err})"
             elif time.monotonic() > deadline:
-                failure = (f"grading this exercise took more than {job.timeout + MARGIN + STARTUP:.0f} s "
+                failure = (f"grading this exercise took more than {_bound(job):.0f} s "
                            "and was stopped")
             if failure is None and len(done) < len(job.programs):
                 continue

@@ -99,14 +99,33 @@ def _limits(job: dict) -> None:
     with open("/proc/self/status") as status:
         used_kb = next(int(line.split()[1]) for line in status if line.startswith("VmSize"))
     cap = used_kb * 1024 + int(job["memory_mb"]) * 2**20
-    cpu = int(job["seconds"]) + 2
-    for limit, value in ((resource.RLIMIT_AS, cap), (resource.RLIMIT_CPU, cpu),
-                         (resource.RLIMIT_FSIZE, 16 * 2**20), (resource.RLIMIT_NPROC, 256),
-                         (resource.RLIMIT_CORE, 0)):
+    for limit, value in ((resource.RLIMIT_AS, cap), (resource.RLIMIT_FSIZE, 16 * 2**20),
+                         (resource.RLIMIT_NPROC, 256), (resource.RLIMIT_CORE, 0)):
         try:
             resource.setrlimit(limit, (value, value))
         except (OSError, ValueError):
             pass
+    # CPU time: ``seconds`` for the statements, then ``seconds`` more for each call
+    # (``_cpu_for_call``), and never more than the whole exercise's wall-clock bound
+    # (sandbox.CALLS per-call limits, stretched by the load at most 3 times)
+    hard = int(job["seconds"] * 4 * 3) + 2
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (int(job["seconds"]) + 2, hard))
+    except (OSError, ValueError):
+        pass
+
+
+def _cpu_for_call(seconds: float) -> None:
+    """Allow this call ``seconds`` of CPU time from now (``RLIMIT_CPU``'s soft limit;
+    its hard limit, set once in ``_limits``, bounds the exercise)."""
+    try:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft = int(usage.ru_utime + usage.ru_stime + seconds) + 2
+        resource.setrlimit(resource.RLIMIT_CPU,
+                           (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+    except (OSError, ValueError):
+        pass
 
 
 def _exercise(rin: int, rout: int, job: dict) -> None:
@@ -149,6 +168,7 @@ def _exercise(rin: int, rout: int, job: dict) -> None:
         try:
             args, kwargs = decode(header["args"], blobs), decode(header["kwargs"], blobs)
             forbidden = {str(k): str(v) for k, v in header["forbidden"].items()}
+            _cpu_for_call(float(job["seconds"]))
             out, args, kwargs = call_learner(fn, args, kwargs, name=name, where=where,
                                              forbidden=forbidden)
             send(rout, {"op": "answer", "ok": True}, out=out, args=args, kwargs=kwargs)

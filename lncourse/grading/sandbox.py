@@ -38,6 +38,19 @@ STARTUP = 300.0                    # seconds a learner's process may take to imp
 STARTUP_MB = 3072                  # memory it may take to do so (its cgroup's limit until then)
 
 
+CALLS = 4      # the calls of one exercise together: at most this many per-call limits
+
+
+def load_factor() -> float:
+    """How much slower than alone a process runs now: the load average over a minute per
+    core, at least 1 and at most 3 (the wall-clock limits are stretched by it; the CPU
+    time limit needs no stretching)."""
+    try:
+        return min(max(os.getloadavg()[0] / (os.cpu_count() or 1), 1.0), 3.0)
+    except OSError:
+        return 1.0
+
+
 class Learner:
     """One submission's learner process (started on first use, restarted after a kill)."""
 
@@ -138,8 +151,11 @@ class Sandbox:
     """One exercise in ``learner``: the statements ``cells`` select, then ``function``.
 
     ``cells``: (file name, source, indices of the top-level statements to run), in order.
-    Everything, from running those statements to the last call, must finish within
-    ``seconds``; the process may use ``memory_mb`` megabytes beyond what it starts with.
+    Running those statements, and each call, must finish within ``seconds`` of CPU time
+    (the learner's ``RLIMIT_CPU``, reset at each call) and ``seconds`` times the machine's
+    load per core (``load_factor``, at least 1) of wall time; all of them together within
+    ``CALLS`` times that. The process may use ``memory_mb`` megabytes beyond what it
+    starts with.
     """
 
     def __init__(self, cells, function: str, seconds: float, memory_mb: int = 2048,
@@ -150,7 +166,8 @@ class Sandbox:
         self.learner = learner or Learner()
         self._own = learner is None
         process = self.learner.ensure(memory_mb)
-        self.deadline = time.monotonic() + seconds
+        self.deadline = time.monotonic() + seconds * load_factor()
+        self.end = time.monotonic() + CALLS * seconds * load_factor()
         self._in, self._out = process.stdin.fileno(), process.stdout.fileno()
         self.problems: list[str] = []
         self.timed_out = self.ended = False
@@ -176,6 +193,11 @@ class Sandbox:
             if where is None:
                 raise AssertionError(f"{name}: running the cells your function needs did not "
                                      f"finish within the time limit of {self.limit:.2g} s")
+            if self.deadline >= self.end:
+                raise AssertionError(
+                    f"{name}: stopped on input ({where}): the calls of your function "
+                    f"together ran past {CALLS} times the time limit of {self.limit:.2g} s "
+                    "per call")
             raise AssertionError(timeout_message(name, self.limit, where))
         try:
             header, blobs = read_frame(self._out, MAX_ANSWER_BYTES)
@@ -192,6 +214,10 @@ class Sandbox:
             self.learner.kill()
             raise AssertionError(f"{name}: your function's answer was refused ({err})"
                                  + (f" on input ({where})" if where else "")) from None
+        if header.get("op") == "exited" and header.get("status") == -signal.SIGXCPU and where:
+            self.ended = True
+            raise AssertionError(timeout_message(name, self.limit, where)
+                                 + f" (it used {self.limit:.2g} s of CPU time)")
         if header.get("op") == "exited":
             code = header.get("status")
             how = (f"killed by signal {-code}" + (" (perhaps out of memory)" if code == -9
@@ -279,6 +305,7 @@ class RemoteFunction:
                 sandbox.audited[key] = audit(sandbox.cells, forbidden)
             if sandbox.audited[key]:
                 raise AssertionError(f"{name}: {sandbox.audited[key]}")
+        sandbox.deadline = min(time.monotonic() + sandbox.limit * load_factor(), sandbox.end)
         send(sandbox._in, {"op": "call", "name": name, "where": where,
                            "forbidden": dict(forbidden or {})},
              args=tuple(args), kwargs=dict(kwargs))

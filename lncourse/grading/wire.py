@@ -55,12 +55,16 @@ def encode(value: Any, blobs: list[bytes], depth: int = 0) -> Any:
         t = value.detach()
         meta = t.device.type == "meta"
         if not meta:
-            t = t.cpu().contiguous()
+            t = t.cpu()
+            t = t.to_dense() if t.layout != torch.strided else t     # sparse: its values
+            t = t.resolve_conj().resolve_neg().contiguous()
             t = t.float() if t.dtype == torch.bfloat16 else t
             blobs.append(t.numpy().tobytes())
         return {"k": "tensor", "dtype": str(value.dtype).replace("torch.", ""),
                 "shape": list(t.shape), "meta": meta, "blob": None if meta else len(blobs) - 1}
     if isinstance(value, np.ndarray) and value.dtype.kind in _NUMERIC:
+        if not value.dtype.isnative:       # big-endian on this machine: the same numbers
+            value = value.astype(value.dtype.newbyteorder("="))
         blobs.append(np.ascontiguousarray(value).tobytes())
         return {"k": "array", "dtype": value.dtype.str, "shape": list(value.shape),
                 "blob": len(blobs) - 1}

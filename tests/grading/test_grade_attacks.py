@@ -521,3 +521,65 @@ def centering_matrix(d):
     assert "identical code to b.ipynb" in flags["a.ipynb"]
     assert "identical code to a.ipynb" in flags["b.ipynb"]
     assert "identical" not in flags["c.ipynb"]
+
+
+# 10. fair to every right answer (issue 34): the time limit holds per call (CPU time, and
+# wall time stretched by the machine's load), and right answers written with a cell
+# magic, a star import, a sparse tensor or a big-endian array are graded as right
+FAIR = {
+    FGH: """%%time
+def layer_norm_fgh(x, gamma, beta, eps):
+    c = x - x.mean(-1, keepdim=True)
+    return c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps) * gamma + beta
+""",
+    PLANE: """
+def layer_norm_on_plane(s, t, v):
+    return sqrt(v.shape[-1]) * torch.sign(s)[:, None] * v      # sqrt: from math import *
+""",
+    P: """
+def centering_matrix(d):
+    P = torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / d
+    return P.to_sparse()
+""",
+    FOLD: """
+def fold_into_linear(W, b, gamma, beta):
+    d = W.shape[1]
+    P = torch.eye(d, dtype=W.dtype) - torch.ones(d, d, dtype=W.dtype) / d
+    M, c = ((W * gamma) @ P).numpy(), (W @ beta + b).numpy()
+    return M.astype(M.dtype.newbyteorder(">")), c.astype(c.dtype.newbyteorder(">"))
+""",
+    RMS: """
+def rms_norm_gain(x, gain, eps):
+    import time
+    time.sleep(0.5)                       # slow, and chatty, on every call
+    for i in range(100_000):
+        print("step", i)
+    %time y = x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
+    return y
+""",
+}
+FAIR_TIMEOUT = 2.0     # per call; the RMSNorm answer's calls take more than that together
+
+
+def test_right_answers_written_every_way_pass(tmp_path):
+    nb = editions(CH.stem)["solution"]
+    for label, source in FAIR.items():
+        nb = with_function(nb, label, source)
+        if label == FGH:     # the magic goes first in the cell, as a learner writes it
+            cell = exercise_cell(nb, FGH)
+            cell.source = source.strip() + "\n" + cell.source.split("\n\n\n", 1)[1]
+    nb.cells.insert(1, nbformat.v4.new_code_cell("from math import *"))
+    nbformat.write(only(nb, list(FAIR)), tmp_path / "fair.ipynb")
+    _, (g,) = grade([tmp_path / "fair.ipynb"], chapter=1, timeout=FAIR_TIMEOUT, workers=1)
+    assert {label: g.outcomes[label].passed for label in FAIR} == dict.fromkeys(FAIR, True), {
+        label: g.outcomes[label].message for label in FAIR}
+
+
+def test_a_cell_magic_that_is_not_python_says_what_to_change(tmp_path):
+    from lncourse.grading.submission import program_for, read_submission
+    nb = with_function(editions(CH.stem)["solution"], FGH, "def layer_norm_fgh(x, gamma, beta, eps):\n    return x")
+    cell = exercise_cell(nb, FGH)
+    cell.source = "%%writefile answer.py\n" + cell.source
+    nbformat.write(nb, tmp_path / "magic.ipynb")
+    _, problem = program_for(read_submission(tmp_path / "magic.ipynb"), CH.exercises[0])
+    assert "cell magic %%writefile" in problem and "without %%writefile" in problem, problem
