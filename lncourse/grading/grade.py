@@ -3,8 +3,9 @@
     python -m lncourse.grading.grade SUBMISSION.ipynb [...] --out grades.csv [--feedback DIR]
                              [--timeout SECONDS] [--hidden] [--chapter N]
 
-Writes one row per submission to the CSV (``submission``, one column per exercise label
-holding 1 if passed and 0 otherwise, ``total``), one Markdown file of feedback per
+Writes one row per submission to the CSV (``student_id``, ``submission``, one column per
+exercise label holding its points if passed and 0 otherwise, ``total``, ``max_points``,
+``flags``: ``lncourse.grading.sheet``), one Markdown file of feedback per
 submission with ``--feedback`` (every failed exercise with the check's message), and
 prints how many passed each exercise.
 
@@ -12,7 +13,8 @@ How it grades. The chapter comes from the notebook's metadata (a notebook of ano
 chapter than the class's is reported and not graded). The notebook's printed output is
 never read. For each exercise, a fresh process runs the learner's function and only the
 statements it needs (``lncourse.grading.submission``; a chapter's training never runs), under a
-time limit (``--timeout``, per exercise) and a memory cap, and answers the check's calls
+time limit (``--timeout``, per call: CPU time, and wall time stretched by the machine's
+load) and a memory cap, and answers the check's calls
 as plain data (``lncourse.grading.sandbox``); the check itself runs in another fresh process, so
 nothing the learner's code does (redefining or monkeypatching a check, printing
 "passed") reaches it. ``--hidden`` adds the checks' teacher-only inputs.
