@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from lncourse import published
+
 __all__ = ["DirtyTreeError", "RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
            "load_result", "describe", "run_arguments", "command_line", "store_run",
            "RENAMED", "today_command", "encode_state", "decode_state"]
@@ -34,14 +36,17 @@ __all__ = ["DirtyTreeError", "RESULTS_DIR", "provenance", "run_started", "device
 
 def _results_dir() -> Path:
     """Where stored results live: ``$LNCOURSE_RESULTS`` if set; else ``results/`` of the
-    checkout this package runs from; else the copy installed with the package (the
-    ``lncourse_results`` package, which is ``results/`` shipped in the wheel, so that a
-    Colab reader who pip-installs the course has the stored results too)."""
+    checkout this package runs from; else (the published wheel, which carries the code
+    only) a cache, ``$LNCOURSE_CACHE/results/<commit>`` (default ``~/.cache/lncourse``),
+    into which :func:`lncourse.published.fetch` downloads a folder of results the first
+    time a chapter loads one from it (``lncourse_results``, older wheels' copy, is read)."""
     if os.environ.get("LNCOURSE_RESULTS"):
         return Path(os.environ["LNCOURSE_RESULTS"])
     checkout = Path(__file__).resolve().parent.parent / "results"
     if checkout.is_dir():
         return checkout
+    if published.manifest():
+        return published.cache_dir()
     try:
         import lncourse_results
     except ImportError:
@@ -50,6 +55,7 @@ def _results_dir() -> Path:
 
 
 RESULTS_DIR = _results_dir()
+
 
 
 def _git_commit() -> str:
@@ -263,6 +269,7 @@ def load_result(name: str | os.PathLike) -> dict:
     """Load ``results/<name>.json`` (or a path); a clear error if it is missing."""
     path = Path(name)
     if not path.suffix:
+        published.fetch(Path(name).parts[0], RESULTS_DIR)   # the published wheel: once
         path = RESULTS_DIR / f"{name}.json"
     if not path.exists():
         raise FileNotFoundError(

@@ -75,6 +75,10 @@ rm -rf _build/notebooks
 $PY scripts/editions.py --out _build/notebooks --executed _build/jupyter_execute
 rm -rf _build/html/notebooks
 cp -r _build/notebooks _build/html/notebooks
+# What the notebooks' first cell installs in Colab, published with the site: lncourse's
+# code as a wheel of this commit, and the stored results apart, one archive per folder
+# of results/, downloaded by lncourse when a chapter first loads one (issue 33).
+$PY scripts/publish.py --out _build/html
 
 # For offline readers (linked from the front page): the notebooks in one zip, and the
 # book as a PDF from Jupyter Book's LaTeX builder (the chapters are not executed again:

