@@ -107,9 +107,9 @@ def _tiny() -> HeadsRecipeConfig:
 
 def _cpu() -> HeadsRecipeConfig:
     """Chapter 2's model (d 8, 4 heads, 4 layers, T 256) as far as a shared 2-core CPU
-    trains it in an hour: batch 16, 1,200 steps (60 of warm-up), a sweep of 3 rates over
-    100 steps, one seed; 64 windows for the per-position loss."""
-    return HeadsRecipeConfig(batch_size=16, steps=1200, warmup=60, eval_every=100,
+    trains it in 40 minutes: batch 16, 800 steps (40 of warm-up), a sweep of 3 rates
+    over 100 steps, one seed; 64 windows for the per-position loss."""
+    return HeadsRecipeConfig(batch_size=16, steps=800, warmup=40, eval_every=100,
                              eval_batches=4, sweep_steps=100, loss_windows=64,
                              seeds=(0,))
 
@@ -249,47 +249,66 @@ def load_model(result: dict, weights: dict, variant: str, seed: int) -> GPT:
     return model.eval()
 
 
+def _interval(values) -> list[float]:
+    return list(paired_interval(np.asarray(values, dtype=np.float64)))
+
+
+def _per_context(counts) -> np.ndarray:
+    """[layer][head][context] -> each context's unselectable share (%) over layers and
+    heads: (S,)."""
+    return 100 * np.asarray(counts, dtype=np.float64).mean(axis=(0, 1))
+
+
 def report(result: dict) -> dict:
-    """Per variant: test loss (mean, 95% t interval over seeds) and its distance below the
-    bigram; the late-position gain over the bigram (per seed with its interval over
-    windows; mean over seeds with a t interval); the unselectable percentage per head,
-    overall, at initialisation and after training (mean over seeds, t interval; each
-    seed's value is its mean over layers, heads and contexts)."""
+    """Per variant and seed: the trainer's test loss and its distance below the bigram;
+    the loss over the held-out windows of the per-position measurement beside the
+    bigram's on the same tokens, and the gain over the bigram at positions >=
+    ``late_start`` (95% t intervals over windows); the unselectable share of the heads'
+    keys (%) at initialisation and after training (mean over contexts of the mean over
+    layers and heads, t interval over contexts). With two seeds or more,
+    ``across_seeds`` adds means with t intervals over seeds."""
     cfg = HeadsRecipeConfig.from_dict(result["config"])
-    refs = result["references"]
-    out = {"references": refs, "chosen_lr": result["chosen_lr"]}
+    bigram = result["references"]["bigram"]
+    out = {"references": result["references"], "chosen_lr": result["chosen_lr"]}
     for variant, runs in result["models"].items():
-        losses = [r["test_loss"] for r in runs]
-        gains = [context_gain(r["positions"], cfg.late_start) for r in runs]
-        row = {"test_loss": list(paired_interval(np.array(losses))),
-               "below_bigram": list(paired_interval(refs["bigram"] - np.array(losses))),
-               "late_gain_per_seed": [g["gain"] for g in gains],
-               "late_gain": list(paired_interval(np.array([g["gain"][0] for g in gains])))}
-        for stage in ("init", "trained"):
-            per_seed = [100 * float(np.mean(r[stage])) for r in runs]
-            row[f"unselectable_{stage}"] = list(mean_interval(per_seed))
-        out[variant] = row
+        rows = []
+        for r in runs:
+            m = np.asarray(r["positions"]["model"], dtype=np.float64).mean(1)
+            b = np.asarray(r["positions"]["bigram"], dtype=np.float64).mean(1)
+            rows.append({"seed": r["seed"], "test_loss": r["test_loss"],
+                         "below_bigram": bigram - r["test_loss"],
+                         "windows": {"model": _interval(m), "bigram": _interval(b),
+                                     "below_bigram": _interval(b - m)},
+                         "late": context_gain(r["positions"], cfg.late_start),
+                         "unselectable_init": _interval(_per_context(r["init"])),
+                         "unselectable_trained": _interval(_per_context(r["trained"]))})
+        out[variant] = {"seeds": rows}
+        if len(rows) >= 2:
+            out[variant]["across_seeds"] = {
+                "test_loss": _interval([x["test_loss"] for x in rows]),
+                "late_gain": _interval([x["late"]["gain"][0] for x in rows]),
+                "unselectable_trained": list(mean_interval(
+                    [x["unselectable_trained"][0] for x in rows]))}
     return out
 
 
-def claims(result: dict, margin: float = 0.1) -> dict[str, bool]:
-    """What the replication page may say, True or False on ``result``:
+def claims(result: dict, margin: float = 0.3) -> dict[str, bool]:
+    """What the replication page may say, True or False on ``result`` (every seed must
+    satisfy a statement for it to hold):
 
-    * ``<variant> learned``: every seed's test loss is at least ``margin`` nats below the
-      bigram's, and every seed's late-position gain has its interval above 0 (it uses
-      its context); a variant for which this is False must not be described "after
-      training";
-    * ``QK-norm fewer than Pre-LN``: QK-norm's unselectable share after training has a
-      t interval entirely below Pre-LN's."""
+    * ``<variant> learned``: the test loss is at least ``margin`` nats below the
+      bigram's (the issue's bar: a claim "after training" needs a model clearly below);
+    * ``<variant> below bigram``: the held-out windows' loss is below the bigram's on the
+      same tokens (95% interval of the difference above 0);
+    * ``<variant> uses context``: the gain over the bigram at late positions has its 95%
+      interval above 0."""
     rep = report(result)
-    bigram = result["references"]["bigram"]
     out = {}
-    for variant, runs in result["models"].items():
-        out[f"{variant} learned"] = (
-            all(bigram - r["test_loss"] >= margin for r in runs)
-            and all(g[1] > 0 for g in rep[variant]["late_gain_per_seed"]))
-    out["QK-norm fewer than Pre-LN"] = (rep["QK-norm"]["unselectable_trained"][2]
-                                        < rep["Pre-LN"]["unselectable_trained"][1])
+    for v in result["models"]:
+        rows = rep[v]["seeds"]
+        out[f"{v} learned"] = all(x["below_bigram"] >= margin for x in rows)
+        out[f"{v} below bigram"] = all(x["windows"]["below_bigram"][1] > 0 for x in rows)
+        out[f"{v} uses context"] = all(x["late"]["gain"][1] > 0 for x in rows)
     return out
 
 
