@@ -32,8 +32,18 @@ Judge = Callable[[Any, tuple, dict, torch.dtype], Verdict]  # (answer, args, kwa
 SECONDS = 60.0   # time limit for all calls of one check together in a notebook (the grader sets its own, --timeout)
 
 
+HIDDEN_KEY: str | None = None   # the grader's secret for teacher-only inputs (--hidden-key)
+
+
 def generator(seed: int) -> torch.Generator:
-    """The random generator of a check's inputs: fixed seeds make every run the same."""
+    """The random generator of a check's inputs: fixed seeds make every run the same.
+    While the grader checks teacher-only inputs it sets ``HIDDEN_KEY`` (a secret the
+    teacher holds, never in the repository): the seed is then mixed with it, so the
+    random inputs cannot be known, or hard-coded, from this code."""
+    if HIDDEN_KEY:
+        import hashlib
+        digest = hashlib.sha256(f"{HIDDEN_KEY}\0{seed}".encode()).digest()
+        seed = int.from_bytes(digest[:8], "big") >> 1
     return torch.Generator().manual_seed(seed)
 
 

@@ -159,6 +159,10 @@ def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_positive(float, 0), default=timeout,
                    help=f"seconds allowed per call of your function (default {timeout:.0f})")
     p.add_argument("--hidden", action="store_true", help="add the checks' teacher-only inputs")
+    p.add_argument("--hidden-key", help="the secret the teacher-only inputs' random values are "
+                                        "drawn from (any text you keep to yourself; default: "
+                                        "the environment variable LNCOURSE_HIDDEN_KEY); "
+                                        "required with --hidden")
     p.add_argument("--chapter", help="the class's chapter (default: the one most "
                                      "submissions name)")
     p.add_argument("--memory-mb", type=_positive(int, 64), default=memory_mb,
@@ -195,6 +199,12 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Every argument that can be checked before grading is (``p.error``: exit code 2)."""
     from lncourse.grading.exercises import chapter as find_chapter
 
+    if getattr(args, "hidden_key", None) is None:
+        args.hidden_key = os.environ.get("LNCOURSE_HIDDEN_KEY") or None
+    if args.hidden and not args.hidden_key:
+        p.error("--hidden needs a secret key: pass --hidden-key TEXT or set "
+                "LNCOURSE_HIDDEN_KEY (the teacher-only inputs are drawn from it, so that "
+                "nobody can compute them from the course's public code)")
     if args.id_pattern:
         try:
             re.compile(args.id_pattern)

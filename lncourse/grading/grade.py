@@ -1,7 +1,7 @@
 """Grade submitted notebooks with the exercise checks.
 
     python -m lncourse.grading.grade SUBMISSION.ipynb [...] --out grades.csv [--feedback DIR]
-                             [--timeout SECONDS] [--hidden] [--chapter N]
+                             [--timeout SECONDS] [--hidden --hidden-key KEY] [--chapter N]
 
 Writes one row per submission to the CSV (``student_id``, ``submission``, one column per
 exercise label holding its points if passed and 0 otherwise, ``total``, ``max_points``,
@@ -17,7 +17,8 @@ time limit (``--timeout``, per call: CPU time, and wall time stretched by the ma
 load) and a memory cap, and answers the check's calls
 as plain data (``lncourse.grading.sandbox``); the check itself runs in another fresh process, so
 nothing the learner's code does (redefining or monkeypatching a check, printing
-"passed") reaches it. ``--hidden`` adds the checks' teacher-only inputs.
+"passed") reaches it. ``--hidden`` adds the checks' teacher-only inputs, whose random
+values are drawn from a secret (``--hidden-key``).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class _Job:
     memory_mb: int
     hide: tuple[str, ...]          # the class's folders, hidden from the learner
     preload: tuple[str, ...] = ()  # modules the learner's process imports before its forks
+    hidden_key: str | None = None  # the secret the teacher-only inputs are drawn from
 
 
 def _bound(job: "_Job") -> float:
@@ -117,10 +119,13 @@ def _grade_exercise(program: Program, exercise: Exercise, job: _Job, learner) ->
                 check(sandbox.function(info), hidden=False)
                 if job.hidden:     # visible inputs passed: a failure now is a hidden input's
                     try:
+                        _core.HIDDEN_KEY = job.hidden_key    # the random inputs from a secret
                         check(sandbox.function(info), hidden=True)
                     except AssertionError as err:
                         raise AssertionError(f"(on a teacher-only input, which the notebook's "
                                              f"own check does not run) {err}") from None
+                    finally:
+                        _core.HIDDEN_KEY = None
             outcome = Outcome(True, printed.getvalue().strip().splitlines()[-1][:1000])
         elif info.get("kind") == "not callable":
             outcome = Outcome(False, f"`{function}` is a {info.get('type')}, not a function")
@@ -158,7 +163,7 @@ def _checker(job: _Job, fd: int, template=None) -> None:
     import torch
 
     from lncourse.grading.sandbox import Learner
-    from lncourse.grading.contain import kill_descendants
+    from lncourse.grading.contain import kill_descendants, limit_checker
     from lncourse.grading.wire import pack, write_frame
 
     os.setpgid(0, 0)
@@ -166,6 +171,7 @@ def _checker(job: _Job, fd: int, template=None) -> None:
     libc.prctl(36, 1, 0, 0, 0)     # PR_SET_CHILD_SUBREAPER: orphans of the learner come here
     libc.prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE 0: no ptrace, no /proc/<pid>/mem or fd
     torch.set_num_threads(1)       # processes run side by side: one core each
+    limit_checker()                # what it decodes and checks is bounded too
     learner = Learner([Path(h) for h in job.hide], job.preload, template)
     try:
         for k, (program, exercise) in enumerate(job.programs):
@@ -263,11 +269,54 @@ def _run_checkers(jobs: list[_Job], workers: int, template) -> list[list[Outcome
 
 
 # ----------------------------------------------------------------------- the class
+READ_SECONDS = 30.0    # reading and analysing one notebook (lncourse.grading.contain.bounded)
+READ_MB = 1024         # and the memory it may take
+
+
+def _read(path) -> "Submission":
+    """``read_submission`` in a process of its own, under a time and a memory limit."""
+    from lncourse.grading.contain import Exceeded, bounded
+    from lncourse.grading.submission import Submission
+    try:
+        return bounded(read_submission, path, seconds=READ_SECONDS, memory_mb=READ_MB)
+    except Exceeded as err:
+        sub = Submission(Path(path))
+        sub.refused = f"reading this notebook went over {err}"
+        sub.notes.append(f"reading this notebook went over {err}; nothing was graded")
+        return sub
+
+
+def _programs(sub, ch: Chapter, g: "Graded") -> list:
+    """``program_for`` of every exercise, in a process of its own under the same limits;
+    flags a solution edition recognised by its code (``lncourse.grading.solutions``)."""
+    from lncourse.grading import solutions
+    from lncourse.grading.contain import Exceeded, bounded
+
+    functions = [e.function for e in ch.exercises]
+
+    def analyse():
+        return ([program_for(sub, e) for e in ch.exercises],
+                solutions.matches(sub.sources, ch.stem, functions))
+    try:
+        programs, same = bounded(analyse, seconds=READ_SECONDS, memory_mb=READ_MB)
+        if solutions.flagged(same, functions) and "solution edition" not in g.flags:
+            g.flags.append("solution edition")
+            g.notes.append("FLAGGED: the functions " + ", ".join(f"`{f}`" for f in same)
+                           + " are the course's solution's, line for line (names of "
+                           "variables aside): this is the solution edition")
+        return programs
+    except Exceeded as err:
+        problem = f"analysing this notebook went over {err}; nothing was graded"
+        g.notes.append(problem)
+        return [(None, problem)] * len(ch.exercises)
+
+
 def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: bool = False,
           timeout: float = TIMEOUT, memory_mb: int = MEMORY_MB,
           workers: int | None = None, roster: dict[str, str] | None = None,
           id_pattern: str | None = None, template: bool = True,
-          id_from_metadata: bool = False, ready=None) -> tuple[Chapter, list[Graded]]:
+          id_from_metadata: bool = False, ready=None,
+          hidden_key: str | None = None) -> tuple[Chapter, list[Graded]]:
     """Grade the submissions; returns the class's chapter and one ``Graded`` each.
 
     The student ID of a submission: see ``lncourse.grading.cli.student_ids`` (a roster,
@@ -283,7 +332,10 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
         raise ValueError(f"timeout must be a finite number of seconds > 0, not {timeout!r}")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ValueError(f"workers must be an integer >= 1, not {workers!r}")
-    submissions = [read_submission(p) for p in paths]
+    if hidden and not hidden_key:   # the command line asks the teacher for one
+        import secrets
+        hidden_key = secrets.token_hex(16)
+    submissions = [_read(p) for p in paths]
     from lncourse.grading.cli import student_ids, submission_name
     ids = student_ids(paths, submissions, roster, id_pattern, id_from_metadata)
     ch = find_chapter(chapter) if chapter is not None else chapter_of_class(submissions)
@@ -306,15 +358,15 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
                 g.outcomes[e.label] = Outcome(False, "not graded (see the notes)")
             continue
         programs = []
-        for e in ch.exercises:
-            program, problem = program_for(sub, e)
+        for e, (program, problem) in zip(ch.exercises, _programs(sub, ch, g)):
             if program is None:
                 g.outcomes[e.label] = Outcome(False, problem)
             else:
                 programs.append((program, e))
         prints.append((g, fingerprint(p for p, _ in programs)))
         if programs:
-            jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide, ch.preload))
+            jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide, ch.preload,
+                             hidden_key))
             where.append(g)
     if ready is not None:
         ready(ch, graded)
@@ -347,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                        timeout=args.timeout, memory_mb=args.memory_mb, workers=args.workers,
                        roster=getattr(args, "roster_ids", None), id_pattern=args.id_pattern,
                        template=not args.fresh_learners, id_from_metadata=args.id_from_metadata,
-                       ready=grade_cli.before_grading(args))
+                       ready=grade_cli.before_grading(args), hidden_key=args.hidden_key)
     grade_cli.write_outputs(ch, graded, args)
     print(summary(ch, graded, time.monotonic() - start, args.hidden))
     return 0

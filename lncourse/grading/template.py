@@ -41,6 +41,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from lncourse.grading import seccomp   # imported before the learner blocks lncourse.grading
+
 CAPS = ("CAP_SYS_ADMIN", "CAP_SETFCAP")    # the template's, in bubblewrap's user namespace
 PID_MAX = 512     # a learner's PID namespace holds fewer processes than this (Linux 6.14+)
 _NEWNS, _NEWCGROUP, _NEWUTS, _NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
@@ -81,7 +83,7 @@ def _drop_capabilities(libc) -> None:
 def _learner(rin: int, rout: int, *join: int) -> None:
     """In the template's child: become a contained learner, then serve (never returns).
     ``join``: the ``cgroup.procs`` files of the submission's cgroup, opened by the grader."""
-    from lncourse.grading import learner, seccomp
+    from lncourse.grading import learner
 
     libc = ctypes.CDLL(None, use_errno=True)
     for fd in join:       # first: everything below is counted in the submission's bound

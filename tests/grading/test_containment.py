@@ -15,20 +15,37 @@ from lncourse.grading import contain, wire
 from lncourse.grading.sandbox import Learner, Sandbox
 
 
-@pytest.fixture(params=["default", "fallback"])
+TEMPLATE = None
+
+
+@pytest.fixture(params=["bubblewrap", "template", "fallback"])
 def sandboxing(request, monkeypatch):
+    """The three ways the grader contains a learner: a fresh bubblewrap sandbox, a learner
+    forked from the class's template (the default), and the fallback without bubblewrap."""
+    global TEMPLATE
     if request.param == "fallback":
         monkeypatch.setenv("LNCOURSE_SANDBOX", "none")
     elif contain.bwrap() is None:
         pytest.skip("no bubblewrap here: the default is the fallback")
     contain.bwrap.cache_clear()
+    if request.param == "template":
+        from lncourse.grading.template import Template
+        TEMPLATE = Template.start([], (), 300.0)
+        assert TEMPLATE is not None
     yield request.param
+    if TEMPLATE is not None:
+        TEMPLATE.close()
+        TEMPLATE = None
     contain.bwrap.cache_clear()
+
+
+def new_learner(hide=()):
+    return Learner(list(hide), template=TEMPLATE)
 
 
 def run(source, *args, memory_mb=512, seconds=30.0, hide=()):
     """Call ``probe(*args)`` defined by ``source`` in a sandbox; returns its answer."""
-    learner = Learner(list(hide))
+    learner = new_learner(hide)
     sandbox = Sandbox([("probe.py", source, [0])], "probe", seconds, memory_mb, learner)
     try:
         return sandbox.function(sandbox.start())(*args)
@@ -309,7 +326,7 @@ def test_forbidden_calls_cannot_be_switched_off(sandboxing, name):
     check made in the checker's process (the submission's code never ran there)."""
     from lncourse import checks
     source = BYPASSES[name]
-    learner = Learner()
+    learner = new_learner()
     sandbox = Sandbox([("exercise.py", source, statements(source))], "layer_norm_fgh", 60.0,
                       1024, learner)
     try:
@@ -323,7 +340,7 @@ def test_forbidden_calls_cannot_be_switched_off(sandboxing, name):
 
 def test_autograds_engine_is_autograd(sandboxing):
     from lncourse import checks
-    learner = Learner()
+    learner = new_learner()
     sandbox = Sandbox([("exercise.py", ENGINE, statements(ENGINE))], "layer_norm_jacobian",
                       60.0, 1024, learner)
     try:
@@ -333,3 +350,93 @@ def test_autograds_engine_is_autograd(sandboxing):
     finally:
         sandbox.close()
         learner.kill()
+
+
+def test_a_notebook_too_long_to_analyse_is_refused_in_its_time(tmp_path, monkeypatch):
+    """The probe's 500,000 one-line statements: refused with a note naming the limit,
+    within it, and the main grader's memory untouched."""
+    import nbformat
+    from lncourse.grading import grade as grading
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x=1\n" * 500_000)]     # 2 MB, under the size cap
+    nb.metadata["lncourse"] = {"chapter": "01_layernorm_geometry"}
+    path = tmp_path / "long.ipynb"
+    nbformat.write(nb, path)
+    monkeypatch.setattr(grading, "READ_SECONDS", 3.0)
+    start = time.monotonic()
+    sub = grading._read(path)
+    assert time.monotonic() - start < 15
+    assert "time limit of 3 s" in (sub.refused or ""), sub.notes
+    assert any("time limit" in n for n in sub.notes)
+
+
+# ----------------------------------------------------------------- teacher-only inputs
+def test_teacher_only_inputs_come_from_a_secret(tmp_path, capsys):
+    """The hidden inputs were code in the public repository (hard-coding them scored
+    7/7): their random values are now drawn from a key given at grading time, and the
+    command line refuses --hidden without one."""
+    import torch
+    from lncourse import checks
+    from lncourse.checks import _core
+    from lncourse.grading.grade import main
+
+    def inputs(key):
+        seen = []
+
+        def layer_norm_fgh(x, gamma, beta, eps):
+            seen.append(x.clone())
+            c = x - x.mean(-1, keepdim=True)
+            return c / torch.sqrt((c * c).mean(-1, keepdim=True) + eps) * gamma + beta
+        _core.HIDDEN_KEY = key
+        try:
+            checks.check_layer_norm_fgh(layer_norm_fgh, hidden=True)
+        finally:
+            _core.HIDDEN_KEY = None
+        return seen
+
+    public, a, a_again, b = inputs(None), inputs("one key"), inputs("one key"), inputs("another")
+    assert len(public) == len(a) == len(b)
+    same = lambda u, v: all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(u, v))  # noqa: E731
+    assert same(a, a_again)                      # a key gives the same inputs again
+    assert not same(public, a) and not same(a, b)
+    nb = tmp_path / "x.ipynb"
+    nb.write_text("{}")
+    with pytest.raises(SystemExit) as stop:
+        main([str(nb), "--out", str(tmp_path / "g.csv"), "--hidden"])
+    assert stop.value.code == 2
+    assert "--hidden-key" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- the solution edition
+def test_the_solution_edition_is_recognised_by_its_code(tmp_path):
+    """Its metadata and its markers removed, and its variables renamed, the solution
+    edition is still flagged; the student edition is not."""
+    import re as regex
+
+    import nbformat
+    from lncourse.grading import grade as grading
+    from lncourse.grading.exercises import chapter as find_chapter
+    from .test_grade import editions
+
+    ch = find_chapter("01_layernorm_geometry")
+    books = editions(ch.stem)
+    solution = books["solution"]
+    solution.metadata.get("lncourse", {}).pop("edition", None)
+    for cell in solution.cells:
+        cell.metadata.pop("lncourse", None) if "exercise" not in cell.metadata.get(
+            "lncourse", {}) else None
+        if cell.cell_type == "code":
+            cell.source = "\n".join(line for line in cell.source.splitlines()
+                                    if "SOLUTION" not in line)
+            cell.source = regex.sub(r"\bcentred\b", "xc", cell.source)
+    flags = {}
+    for name, nb in (("solution", solution), ("student", books["student"])):
+        path = tmp_path / f"{name}.ipynb"
+        nbformat.write(nb, path)
+        sub = grading._read(path)
+        g = grading.Graded(str(path), {}, [], name)
+        assert not sub.solution_edition or name == "student"
+        grading._programs(sub, ch, g)
+        flags[name] = g.flags
+    assert "solution edition" in flags["solution"]
+    assert "solution edition" not in flags["student"]
