@@ -143,3 +143,37 @@ def test_stored_readings_recompute_from_the_predictions():
     other = {**stored, "provenance": {**stored["provenance"], "written": "another day"}}
     with pytest.raises(ValueError, match="another stored run"):
         R.load_readings(other)
+
+
+def test_depth_trend_of_the_stored_readings_is_the_exploratory_sentence():
+    """Issue 35 item 6, from the stored readings of the 5 causal models: the classifier's
+    recalibrated error falls 8.4 [7.4, 9.4] positions from depth 1 to 12 and its
+    correlation rises 0.16 [0.15, 0.18]; the sentence says it is exploratory."""
+    from lncourse.summary import paired_interval
+
+    stored = load_result("nope/stream_paper")
+    reads = R.load_readings(stored)
+    t = R.depth_trend(stored, reads)
+    recal = np.array(reads["causal"]["classifier"]["recal"])
+    corr = np.array(reads["causal"]["classifier"]["corr"])
+    assert t["recal_drop"] == pytest.approx(paired_interval(recal[:, 1] - recal[:, 12]))
+    assert t["corr_rise"] == pytest.approx(paired_interval(corr[:, 12] - corr[:, 1]))
+    assert [round(v, 1) for v in t["recal_drop"]] == [8.4, 7.4, 9.4]
+    assert [round(v, 2) for v in t["corr_rise"]] == [0.16, 0.15, 0.18]
+    c = R.trend_claim(stored, reads)
+    assert c.holds is True and c.text.startswith("Exploratory")
+    assert "8.4 [7.4, 9.4]" in c.text and "+0.16 [+0.15, +0.18]" in c.text
+
+
+def test_depth_trend_fails_on_contrary_readings():
+    """Readings whose recalibrated error rises with depth, or whose correlation falls:
+    the sentence does not hold."""
+    stored = load_result("nope/stream_paper")
+    reads = copy.deepcopy(R.load_readings(stored))
+    for row in reads["causal"]["classifier"]["recal"]:
+        row[12] = row[1] + 3.0                       # deeper is worse
+    assert R.trend_claim(stored, reads).holds is False
+    reads = copy.deepcopy(R.load_readings(stored))
+    for row in reads["causal"]["classifier"]["corr"]:
+        row[12] = row[1] - 0.05
+    assert R.trend_claim(stored, reads).holds is False
