@@ -9,7 +9,9 @@ generators, histories and snapshots) and trains them on to 50,000 steps with the
 constant learning rate and the same windows, so the continuation is the run the seeded
 command would have made with 50,000 steps (the optimiser has no schedule). The
 full-LayerNorm models stay at 34,000, as in the released code. Resumes from its own
-checkpoint (saved atomically at every evaluation, every 100 steps)::
+checkpoint (saved atomically at every evaluation, every 100 steps), on the CPU or a GPU
+(``--device cuda``; ``--ids`` reads the token streams that ``--write-ids`` wrote, for a
+machine without the plays' package)::
 
     python -m lncourse.selectability.seeds_continue --preset table1 --quiet
 
@@ -126,19 +128,31 @@ def paths(preset: str) -> tuple[Path, Path]:
             ck / f"selectability_seeds_{preset}_{PRESETS[preset]().steps}.ckpt")
 
 
-def train(cfg: ContinueConfig, source_ckpt: Path, ckpt: Path, progress: bool = True
-          ) -> tuple[dict, dict]:
+def streams(cfg: ContinueConfig, ids: Path | None = None) -> tuple[int, torch.Tensor,
+                                                                   torch.Tensor]:
+    """The vocabulary size and the training and test streams: tokenized here, or read
+    from ``ids`` (written by ``--write-ids``, for a machine without the plays' package);
+    the trainer's data fingerprint refuses streams that differ from the run's."""
+    if ids is None:
+        tok, train_ids, test_ids = tokenized(cfg.lm)
+        return tok.vocab_size, train_ids, test_ids
+    d = torch.load(ids, weights_only=True)
+    return int(d["vocab_size"]), d["train"].long(), d["test"].long()
+
+
+def train(cfg: ContinueConfig, source_ckpt: Path, ckpt: Path, progress: bool = True,
+          device: str = "cpu", ids: Path | None = None) -> tuple[dict, dict]:
     """Carry the kept models of ``source_ckpt`` on to ``cfg.steps`` (resuming from
-    ``ckpt`` when it exists, else writing it from the source first)."""
+    ``ckpt`` when it exists, else writing it from the source first), on ``device``."""
     if load_checkpoint(ckpt, kind="lm_fused") is None:
         save_checkpoint(ckpt, continuation_state(cfg, checkpoint_state(cfg.source,
                                                                         source_ckpt)),
                         kind="lm_fused")
-    tok, train_ids, test_ids = tokenized(cfg.lm)
+    vocab_size, train_ids, test_ids = streams(cfg, ids)
     keep = _kept(cfg)
     seeds = [seed for seed in cfg.source.seeds for _ in VARIANTS]
-    models = [build_model(dataclasses.replace(cfg.lm, seed=seeds[m]), tok.vocab_size,
-                          VARIANTS[cfg.label]) for m in keep]
+    models = [build_model(dataclasses.replace(cfg.lm, seed=seeds[m]), vocab_size,
+                          VARIANTS[cfg.label]).to(device) for m in keep]
     timing: dict = {}
     lm = cfg.lm
     out = train_fused(models, [seeds[m] for m in keep], train_ids, test_ids,
@@ -154,12 +168,23 @@ def main(argv: list[str] | None = None) -> Path:
     parser = run_arguments("lncourse.selectability.seeds_continue", "Carry chapter 2's "
                            "no-scaling seeded models on to the released code's Table 1 "
                            "checkpoint (step 50,000).", PRESETS)
+    parser.add_argument("--ids", type=Path, default=None, help="read the token streams "
+                        "from this file (see --write-ids) instead of tokenizing the plays")
+    parser.add_argument("--write-ids", type=Path, default=None, help="only write the "
+                        "preset's token streams to this file, and stop")
     args = parser.parse_args(argv)
     cfg = PRESETS[args.preset]()
+    if args.write_ids is not None:
+        vocab_size, train_ids, test_ids = streams(cfg)
+        torch.save({"vocab_size": vocab_size, "train": train_ids.to(torch.int16),
+                    "test": test_ids.to(torch.int16)}, args.write_ids)
+        return args.write_ids
     source, ckpt = paths(args.preset)
     run_started(ckpt, command_line("lncourse.selectability.seeds_continue", argv))
-    _, timing = train(cfg, source, ckpt, progress=not args.quiet)
-    print(json.dumps({"checkpoint": str(ckpt), "seconds": timing.get("seconds")}))
+    _, timing = train(cfg, source, ckpt, progress=not args.quiet, device=args.device,
+                      ids=args.ids)
+    print(json.dumps({"checkpoint": str(ckpt), "seconds": timing.get("seconds"),
+                      "device": args.device}))
     return ckpt
 
 

@@ -32,11 +32,12 @@ __all__ = ["train_fused", "fused_evaluate"]
 
 
 def _windows(ids: Tensor, gens: dict[int, torch.Generator], seeds: list[int],
-             batch_size: int, block_size: int) -> tuple[Tensor, Tensor]:
-    """One batch per distinct seed (drawn in the order of ``gens``), laid out per model."""
+             batch_size: int, block_size: int, device=None) -> tuple[Tensor, Tensor]:
+    """One batch per distinct seed (drawn in the order of ``gens``, on the CPU), laid out
+    per model, on ``device`` (the parameters'; default: where ``ids`` are)."""
     drawn = {s: sample_batch(ids, batch_size, block_size, g) for s, g in gens.items()}
-    return (torch.stack([drawn[s][0] for s in seeds]),
-            torch.stack([drawn[s][1] for s in seeds]))
+    return (torch.stack([drawn[s][0] for s in seeds]).to(device),
+            torch.stack([drawn[s][1] for s in seeds]).to(device))
 
 
 @torch.no_grad()
@@ -47,8 +48,9 @@ def fused_evaluate(params: dict[str, Tensor], scale: Tensor, n_heads: int, ids: 
     of its seed + ``offset``: what :func:`lncourse.lm.evaluate_lm` gives it alone."""
     gens = {s: torch.Generator().manual_seed(s + offset) for s in dict.fromkeys(seeds)}
     total = [0.0] * len(seeds)
+    device = next(iter(params.values())).device
     for _ in range(batches):
-        x, y = _windows(ids, gens, seeds, batch_size, block_size)
+        x, y = _windows(ids, gens, seeds, batch_size, block_size, device)
         for m, loss in enumerate(fused_losses(params, scale, x, y, n_heads).tolist()):
             total[m] += loss
     return [t / batches for t in total]
@@ -79,8 +81,9 @@ def train_fused(models: list[GPT], seeds: list[int], train_ids: Tensor, test_ids
             or lr <= 0:
         raise ValueError(f"lr must be a finite positive number, got {lr!r}")
     seeds = [check_seed(s, offset=2) for s in seeds]
-    params = stack_models(models)
-    scale = scaling_flags(models)
+    params = stack_models(models)          # on the models' device (a GPU, say)
+    device = next(iter(params.values())).device
+    scale = scaling_flags(models).to(device)
     n_heads = models[0].cfg.n_heads
     snapshot_steps = tuple(sorted(set(snapshot_steps or ())))
     config = {"lr": float(lr), "batch_size": batch_size, "block_size": block_size,
@@ -141,7 +144,7 @@ def train_fused(models: list[GPT], seeds: list[int], train_ids: Tensor, test_ids
     for step in bar:
         if _on_step is not None:
             _on_step(step)
-        x, y = _windows(train_ids, gens, seeds, batch_size, block_size)
+        x, y = _windows(train_ids, gens, seeds, batch_size, block_size, device)
         losses = fused_losses(params, scale, x, y, n_heads)
         values = losses.tolist()
         bad = [m for m, v in enumerate(values) if not math.isfinite(v)]
