@@ -108,8 +108,8 @@ def corrected_interval(ci: tuple[float, float, float], n: int, k: int,
         raise ValueError(f"need n >= 2 seeds and k >= 1 comparisons, got n={n}, k={k}")
     mean, low, high = ci
     se = (high - low) / 2 / stats.t.ppf(0.5 + level_ / 2, n - 1)
-    half = se * stats.t.ppf(1 - (1 - level_) / (2 * k), n - 1)
-    return mean, mean - half, mean + half
+    half = float(se * stats.t.ppf(1 - (1 - level_) / (2 * k), n - 1))
+    return float(mean), float(mean - half), float(mean + half)
 
 
 def arms_corrected(summary: dict) -> dict:
