@@ -13,8 +13,11 @@ norm recomputed from the stored curves, the lens's parameters and the claims of
 :func:`lncourse.norms.verdict.vlens_claims`; from ``norms/logits.json`` (logit growth
 with and without QK-norm) the summary recomputed from the stored records, each model's
 final test loss and largest logits, and the claims of
-:func:`lncourse.norms.verdict.logits_claims`. The ledger ``results/norms/reported.json`` holds
-them, written by::
+:func:`lncourse.norms.verdict.logits_claims`; and the replication page's review
+(:mod:`lncourse.norms.review`): the bigram and unigram levels of the character data, where
+each trained model sits against them, the majority arms' intervals corrected for the five
+comparisons (from the arms' ledger) and DyT's position signal in absolute and relative
+terms. The ledger ``results/norms/reported.json`` holds them, written by::
 
     python -m lncourse.norms.ledger
 
