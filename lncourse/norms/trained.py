@@ -98,9 +98,10 @@ def build(cfg: HeadsConfig, vocab_size: int, variant: str, seed: int) -> GPT:
 
 @torch.no_grad()
 def head_counts(model: GPT, contexts: torch.Tensor) -> list:
-    """Unselectable fraction of each head's keys over a whole context: [layer][head][s]."""
+    """Unselectable fraction of each head's keys over a whole context: [layer][head][s]
+    (the model runs where its parameters are; the keys are counted on the CPU)."""
     model.eval()
-    _, _, cache = model(contexts, return_cache=True)
+    _, _, cache = model(contexts.to(next(model.parameters()).device), return_cache=True)
     out = []
     for layer in range(len(model.blocks)):
         k = cache[f"blocks.{layer}.k"]                                     # (S, H, T, dh)
