@@ -63,6 +63,17 @@ class _Forbidden:
         return self
 
 
+# operators that compute what a forbidden one computes: forbidding the key forbids them
+# too (instance and batch norm normalise over an axis as LayerNorm does, after a reshape)
+EQUIVALENT_OPS = {
+    "aten.native_layer_norm": ("aten.native_batch_norm", "aten._native_batch_norm_legit",
+                               "aten._native_batch_norm_legit_no_training",
+                               "aten._native_batch_norm_legit_functional",
+                               "aten._batch_norm_with_update", "aten._batch_norm_no_update",
+                               "aten.batch_norm", "aten.instance_norm"),
+}
+
+
 def _op_guard(ops: dict[str, str]):
     """A dispatch mode that stops the ATen operators ``ops`` ("aten.native_layer_norm"),
     whichever Python route reaches them (``torch.ops.aten``, ``F.group_norm``, ...)."""
@@ -91,6 +102,9 @@ def forbid(paths: Sequence[str], fn: Callable | None = None) -> Iterator[None]:
     cells = getattr(fn, "__closure__", None) or ()
     undo: list[Callable[[], None]] = []
     ops = {p: p for p in paths if p.startswith("aten.")}
+    for key in [p for p in ops if p in EQUIVALENT_OPS]:
+        for op in EQUIVALENT_OPS[key]:
+            ops.setdefault(op, key)
     guard = _op_guard(ops) if ops else contextlib.nullcontext()
     try:
         for path in paths:

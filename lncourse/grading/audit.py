@@ -19,7 +19,7 @@ its answers is accepted, and refuses:
   ``pickle``, ...), and ``lncourse``'s guard, checks and grader.
 
 A correct solution needs none of these (the solution editions are graded through it).
-``audit`` returns the first problem as a sentence, or None.
+``audit`` returns the first problem as a sentence (with the rule's reason), or None.
 """
 
 from __future__ import annotations
@@ -59,18 +59,19 @@ EQUIVALENTS = ((frozenset({"layer_norm", "native_layer_norm", "group_norm", "rms
                (frozenset({"grad", "backward", "jacobian"}), _AUTOGRAD))
 
 
-def forbidden_names(paths) -> dict[str, str]:
-    """The names a rule's dotted ``paths`` forbid (name -> the path it stands for)."""
-    names: dict[str, str] = {}
+def forbidden_names(paths) -> dict[str, tuple[str, bool]]:
+    """The names a rule's dotted ``paths`` forbid: name -> (the path it stands for,
+    whether it is that path's own name rather than an equivalent's)."""
+    names: dict[str, tuple[str, bool]] = {}
     for path in paths:
         parts = str(path).split(".")
         last = parts[-2] if parts[-1] == "forward" and len(parts) > 1 else parts[-1]
-        names.setdefault(last, str(path))
+        names.setdefault(last, (str(path), True))
     for keys, family in EQUIVALENTS:
-        hit = next((names[k] for k in keys if k in names), None)
+        hit = next((names[k][0] for k in keys if k in names), None)
         if hit is not None:
             for name in family:
-                names.setdefault(name, hit)
+                names.setdefault(name, (hit, False))
     return names
 
 
@@ -119,14 +120,14 @@ def audit(cells, forbidden) -> str | None:
             if isinstance(node, ast.Attribute):
                 attr = node.attr
                 if attr in names:
-                    found = (f"`{attr}`", names[attr])
+                    found = (attr, names[attr])
                 elif attr in DYNAMIC or attr in MODULES:
                     found = (f"`.{attr}`", None)
                 elif attr.startswith("_") and attr not in PRIVATE_OK:
                     found = (f"the private attribute `.{attr}`", None)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 if node.id in names and node.id not in bound:
-                    found = (f"`{node.id}`", names[node.id])
+                    found = (node.id, names[node.id])
                 elif node.id in DYNAMIC and node.id not in bound:
                     found = (f"`{node.id}`", None)
                 elif node.id.startswith("__") and node.id not in PRIVATE_OK:
@@ -145,19 +146,23 @@ def audit(cells, forbidden) -> str | None:
                     if found:
                         break
                     if alias.name in names:
-                        found = (f"`{alias.name}`", names[alias.name])
+                        found = (alias.name, names[alias.name])
                     elif alias.name in DYNAMIC or alias.name in MODULES or (
                             alias.name.startswith("_") and alias.name not in PRIVATE_OK):
                         found = (f"`{alias.name}`", None)
             if found is None:
                 continue
-            what, path = found
+            what, rule = found
             line = getattr(node, "lineno", "?")
             where = f"{filename}, line {line}"
-            if path is not None:
-                return (f"your code uses {what} ({where}), which this exercise forbids: it "
-                        f"computes what `{path}` computes, which the exercise asks you to "
-                        "write yourself")
+            if rule is not None:
+                path, own = rule
+                reason = dict(forbidden).get(path) or "this exercise forbids it"
+                if own:
+                    return (f"your function called {path} (as `{what}`, {where}); {reason}. "
+                            "(The grader reads this in your code, where no patch reaches.)")
+                return (f"your function called `{what}` ({where}), which computes what "
+                        f"{path} computes; {reason}")
             return (f"your code uses {what} ({where}), which an exercise with forbidden "
                     "calls may not use: it can reach a call by a name built at run time, "
                     "or run code where the grader's rules do not reach. Write the "

@@ -1,19 +1,32 @@
 """Containing the learner's process: bubblewrap where the system has it, the kernel's
-own means where it does not.
+own means where it does not. What a submission can see and what bounds it, in both:
+
+- Files: only the system's programs and libraries (``/usr``, ``/lib*``, ``/bin``,
+  ``/sbin``), the files of ``/etc`` Python needs (``ETC``: no ``shadow``, no keys), a
+  few of ``/dev`` and ``/sys``, Python with its packages, and ``lncourse`` without its
+  checks, all read-only; a private writable folder. No home, no class folder, no sheet,
+  no socket on disk. With bubblewrap this is the whole of its file system (``view``);
+  in the fallback, Landlock's read rules (``readable``).
+- System calls: a seccomp filter (``lncourse.grading.seccomp``): no new socket, no
+  kernel log, no namespaces, mounts, ptrace, keyrings, bpf or io_uring.
+- Privileges: no capabilities (bounding set included, no new privileges), also when the
+  grader runs as root.
+- Memory and processes: one cgroup per submission (``Cgroup``: version 2, or version 1's
+  memory and pids hierarchies) holds all its processes; its memory limit counts their
+  memory and the files they write to tmpfs together, and its pids limit their number.
+  Without a writable cgroup: rlimits per process (address space, processes, file size,
+  CPU time) and, in the fallback, a size-capped tmpfs as its only writable folder.
+- Lifetime: a PID namespace (bubblewrap, the template's learners), or a subreaper and a
+  kill of every descendant (the fallback), ends every process when its exercise ends;
+  the learner dies with its checker.
 
 With bubblewrap (``bwrap``, Debian package ``bubblewrap``) each submission's process gets
-new user, PID, network, IPC and UTS namespaces, no capabilities, a read-only view of the
-file system in which the class's folders and ``lncourse/checks`` are empty, a private
-writable ``/tmp``, a new session (no terminal to write into), and dies with its checker
-(``--die-with-parent``; the kernel kills every process of a PID namespace when its first
-process dies).
-
+new user, PID, network, IPC and UTS namespaces, a new session and ``--die-with-parent``.
 Without it (or with ``LNCOURSE_SANDBOX=none``), the fallback: the learner's process is
 its checker's child in a session of its own, killed by the kernel if the checker dies
-(``PR_SET_PDEATHSIG``), the subreaper of everything it starts, which is killed when each
-exercise ends, under rlimits (address space, processes, file size, CPU time, no core
-files), working in a private temporary folder. It can still read what the teacher's user
-can read and signal the teacher's other processes: ``guarantees()`` says so.
+(``PR_SET_PDEATHSIG``), the subreaper of everything it starts, in new mount, network, IPC
+and UTS namespaces where the system allows them (as root, or with unprivileged user
+namespaces). ``guarantees()`` says what holds on this system.
 """
 
 from __future__ import annotations
@@ -63,43 +76,59 @@ def pid_max_per_namespace() -> bool:
 
 def _processes(template: bool) -> str:
     """What bounds a submission's processes, in words."""
+    if cgroups_work():
+        return ("Processes and memory: one cgroup per submission (at most 256 processes; one "
+                "memory limit for all of them and the files they write). ")
     if template and bwrap() and pid_max_per_namespace():
         return "Processes: fewer than 512 per submission (its PID namespace's pid_max). "
     if os.geteuid() == 0:
         return ("Does NOT hold: a bound on a submission's processes (the grader runs as root, "
-                "and the kernel exempts root from RLIMIT_NPROC, in user namespaces too; run it "
-                "as an ordinary user" + (")" if not bwrap() else ", or on Linux 6.14+ "
-                                         "without --fresh-learners)") + ". ")
-    return ("Processes: RLIMIT_NPROC of 256" + (" per submission. " if bwrap() else
-            ", counted over all your user's processes. "))
+                "and the kernel exempts root from RLIMIT_NPROC, in user namespaces too, and no "
+                "cgroup is writable here; run it as an ordinary user" + (")" if not bwrap()
+                                                                       else ", or on Linux 6.14+ "
+                                                                       "without --fresh-learners)")
+                + ". Memory is bounded per process, not per submission. ")
+    return ("Processes: RLIMIT_NPROC of 256" + (" per submission" if bwrap() else
+            ", counted over all your user's processes") + "; memory is bounded per process "
+            "(no writable cgroup here), not per submission. ")
 
 
 def guarantees(template: bool = True) -> str:
     """What holds for the learner's processes on this system, in plain words."""
+    from lncourse.grading import seccomp
+
+    calls = ("a seccomp filter (no sockets, kernel log, namespaces, mounts or ptrace), "
+             if seccomp.program() is not None else "")
     if bwrap():
         return ("containment: bubblewrap" + (", learners forked from a template" if template
                                              else ", a fresh learner per submission")
                 + ". Each submission runs in its own PID, network, mount, IPC and user "
-                "namespaces with a read-only view of the system (the class's folders and the "
-                "checks hidden), a private /tmp, no capabilities, rlimits on memory, file size "
-                "and CPU time, and dies with its checker. " + _processes(template)).strip()
+                "namespaces and sees only the system's libraries, the /etc files Python "
+                "needs, Python, its packages and lncourse (not the checks), read-only, and a "
+                "private /tmp; " + calls + "no capabilities, and dies with its checker. "
+                + _processes(template)).strip()
     from lncourse.grading.landlock import abi
 
     version = abi()
+    spaces = namespaces_work()
     common = ("containment: FALLBACK (bubblewrap is not available; install the Debian package "
               "`bubblewrap` for full containment). Holds: no descriptor of the grader's, no "
-              "process outlives its exercise (subreaper + kill), rlimits on memory, file size "
-              "and CPU time, checks not importable, a private working folder. "
+              "process outlives its exercise (subreaper + kill), " + calls + "no capabilities "
+              "(as root too), rlimits on memory, file size and CPU time, checks not importable, "
+              + ("its own network, IPC and mount namespaces with a size-capped tmpfs as its "
+                 "only writable folder. " if spaces else "a private working folder. ")
               + _processes(template))
     if version >= 6:
-        return common + (f"Landlock (ABI {version}): reads only the system, Python and "
-                         "lncourse (not the checks, not the class), writes only its folder, "
-                         "signals no process outside its own. Does NOT hold: a network or PID "
-                         "namespace (it can see your processes and open network connections).")
+        return common + (f"Landlock (ABI {version}): reads only the system's libraries, the "
+                         "/etc files Python needs, Python and lncourse (not the checks, not "
+                         "the class, no home), writes only its folder, signals no process "
+                         "outside its own." + ("" if spaces else " Does NOT hold: a network "
+                                               "namespace (it can open network connections)")
+                         + " Does NOT hold: a PID namespace (it can list your processes).")
     if version:
-        return common + (f"Landlock (ABI {version}): reads only the system, Python and "
-                         "lncourse, writes only its folder. Does NOT hold: it can signal "
-                         "your user's processes, and use the network.")
+        return common + (f"Landlock (ABI {version}): reads only the system's libraries, "
+                         "Python and lncourse, writes only its folder. Does NOT hold: it can "
+                         "signal your user's processes.")
     return common + ("Does NOT hold (no Landlock either): a submission can read and write "
                      "what your user can (classmates' notebooks, the installed package) and "
                      "signal your user's processes.")

@@ -331,7 +331,7 @@ def test_forbidden_calls_cannot_be_switched_off(sandboxing, name):
                       1024, learner)
     try:
         info = sandbox.start()
-        with pytest.raises(AssertionError, match="forbids|not allowed|may not"):
+        with pytest.raises(AssertionError, match="asks you to write LayerNorm yourself|may not"):
             checks.check_layer_norm_fgh(sandbox.function(info), hidden=False)
     finally:
         sandbox.close()
@@ -345,7 +345,7 @@ def test_autograds_engine_is_autograd(sandboxing):
                       60.0, 1024, learner)
     try:
         info = sandbox.start()
-        with pytest.raises(AssertionError, match="forbids|not allowed|may not|autograd"):
+        with pytest.raises(AssertionError, match="without autograd|may not"):
             checks.check_layer_norm_jacobian(sandbox.function(info), hidden=False)
     finally:
         sandbox.close()
