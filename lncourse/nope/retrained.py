@@ -116,13 +116,14 @@ def _tiny() -> RetrainConfig:
 
 
 def _cpu() -> RetrainConfig:
-    """What a shared 2-core CPU affords in an hour (the GPU preset ``paper`` could not be
-    sent to a GPU): d 64, 4 heads, 2 layers, T 128, batch 32, 1,000 steps (50 of
-    warm-up), a sweep of 3 rates over 150 steps for the NoPE model (the control takes
-    the same rate, so the two differ only in the positional embedding), one seed; 256
-    windows (16 groups of 16) for the variance profiles, 128 for the per-position loss."""
+    """What a shared 2-core CPU (load average 15-19) affords in under an hour (the GPU
+    preset ``paper`` could not be sent to a GPU): d 64, 4 heads, 2 layers, T 128, batch
+    32, 500 steps (25 of warm-up), a sweep of 3 rates over 150 steps for the NoPE model
+    (the control takes the same rate, so the two differ only in the positional
+    embedding), one seed; 256 windows (16 groups of 16) for the variance profiles, 128
+    for the per-position loss."""
     return RetrainConfig(d_model=64, n_heads=4, n_layers=2, block_size=128, batch_size=32,
-                         steps=1000, warmup=50, eval_every=100, eval_batches=4,
+                         steps=500, warmup=25, eval_every=50, eval_batches=4,
                          sweep_lrs=(1e-3, 3e-3, 1e-2), sweep_steps=150, windows=256,
                          loss_windows=128, late_start=64, seeds=(0,), shared_lr=True)
 
