@@ -1,0 +1,98 @@
+"""Chapter 5's per-head models retrained with the recipe that learns
+(lncourse.norms.retrained), and attention's contribution in the stored models
+(lncourse.norms.context_use): numbers recompute from the stored weights, and the claims
+fail on contrary numbers."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from lncourse.norms import context_use as C
+from lncourse.norms import retrained as R
+from lncourse.norms import trained
+from lncourse.results import RESULTS_DIR
+
+STORED = RESULTS_DIR / "norms" / "retrained_heads_cpu.json"
+CONTEXT = RESULTS_DIR / "norms" / "context_use.json"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("results")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(R, "RESULTS_DIR", folder)
+        path = R.main(["--preset", "tiny", "--quiet", "--allow-dirty"])
+    return json.loads(path.read_text()), torch.load(path.with_suffix(".pt"),
+                                                     weights_only=True)
+
+
+def _recomputes(result, weights):
+    cfg = R.HeadsRecipeConfig.from_dict(result["config"])
+    contexts = torch.tensor(result["contexts"])
+    for variant, runs in result["models"].items():
+        run = runs[0]
+        model = R.load_model(result, weights, variant, run["seed"])
+        again = R.measure(model, cfg, run["seed"])
+        assert again["test_loss"] == pytest.approx(run["test_loss"], abs=1e-5)
+        np.testing.assert_allclose(again["positions"]["model"], run["positions"]["model"],
+                                   atol=1e-4)
+        assert trained.head_counts(model, contexts) == run["trained"]
+    assert R.report(result) == result["report"]
+
+
+def test_tiny_run_recomputes(tiny):
+    _recomputes(*tiny)
+    assert set(tiny[0]["models"]) == set(trained.VARIANTS)
+
+
+def test_claims_fail_on_a_model_at_the_bigram_level(tiny):
+    result, _ = tiny
+    good = copy.deepcopy(result)
+    bigram = good["references"]["bigram"]
+    for runs in good["models"].values():
+        for r in runs:
+            r["test_loss"] = bigram - 0.5
+            r["positions"]["model"] = (np.asarray(r["positions"]["bigram"]) - 0.5).tolist()
+    assert all(R.claims(good).values())
+    flat = copy.deepcopy(good)
+    for runs in flat["models"].values():
+        for r in runs:
+            r["test_loss"] = bigram - 0.02
+            r["positions"]["model"] = r["positions"]["bigram"]
+    assert not any(R.claims(flat).values())
+
+
+def test_stored_run_recomputes_from_its_weights():
+    if not STORED.exists():
+        pytest.skip("the cpu run is not stored yet")
+    result = json.loads(STORED.read_text())
+    _recomputes(result, torch.load(STORED.with_suffix(".pt"), weights_only=True))
+
+
+def test_context_use_recomputes_and_judges():
+    if not CONTEXT.exists():
+        pytest.skip("context_use is not stored yet")
+    result = json.loads(CONTEXT.read_text())
+    heads = json.loads((RESULTS_DIR / "norms" / "trained_heads.json").read_text())
+    hcfg = trained.HeadsConfig(**{k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in heads["config"].items() if k != "vocab_size"})
+    tok, train_ids, test_ids = trained._data(hcfg)
+    row = result["trained_heads"]["DyT"][0]
+    again = C.measure_model(trained.load_model(heads, "DyT", row["seed"]), train_ids,
+                            test_ids, hcfg.block_size, tok.vocab_size, row["seed"],
+                            hcfg.block_size // 2)
+    np.testing.assert_allclose(again["late"]["gain"], row["late"]["gain"], atol=1e-4)
+    assert C.verdicts(result) == result["verdicts"]
+    # an edited loss moves the verdict: DyT at the unigram level "learned" is refused
+    edited = copy.deepcopy(result)
+    for r in edited["trained_heads"]["DyT"]:
+        r["test_loss"] = result["references"]["bigram"] - 0.4
+        r["late"]["gain"] = [0.3, 0.2, 0.4]
+    v = C.verdicts(edited)["trained_heads/DyT"]
+    assert v["learned"] and v["uses_context"]
+    assert not result["verdicts"]["trained_heads/DyT"]["learned"]
