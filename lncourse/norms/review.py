@@ -14,6 +14,7 @@ import torch
 from scipy import stats
 from torch import Tensor
 
+from lncourse import lm
 from lncourse.text import CharTokenizer, load_shakespeare, split_text
 
 __all__ = ["char_references", "reference_losses", "level", "learning_claims",
@@ -37,20 +38,15 @@ def char_references() -> dict[str, float]:
 
 def reference_losses(train_ids: Tensor, test_ids: Tensor, vocab_size: int) -> dict[str, float]:
     """Bigram and unigram test cross-entropy (nats per token) of tables counted on
-    ``train_ids`` with add-one smoothing, read on ``test_ids``: (n,), (m,) -> floats."""
+    ``train_ids`` with add-one smoothing, read on every next token of ``test_ids``, as
+    the course's core computes them (:func:`lncourse.lm.reference_losses`), after a
+    check that every id lies in the vocabulary: (n,), (m,) -> floats."""
     if len(train_ids) < 2 or len(test_ids) < 2:
         raise ValueError("need at least two training and two test ids for a bigram table")
     if int(max(train_ids.max(), test_ids.max())) >= vocab_size or \
             int(min(train_ids.min(), test_ids.min())) < 0:
         raise ValueError(f"ids must lie in [0, {vocab_size}): got one outside")
-    pairs = torch.ones(vocab_size, vocab_size, dtype=torch.float64)
-    pairs.index_put_((train_ids[:-1], train_ids[1:]),
-                     torch.ones(len(train_ids) - 1, dtype=torch.float64), accumulate=True)
-    bigram = pairs / pairs.sum(1, keepdim=True)
-    single = torch.bincount(train_ids, minlength=vocab_size).double() + 1
-    unigram = single / single.sum()
-    return {"bigram": float(-torch.log(bigram[test_ids[:-1], test_ids[1:]]).mean()),
-            "unigram": float(-torch.log(unigram[test_ids]).mean())}
+    return dict(lm.reference_losses(train_ids, test_ids, vocab_size))
 
 
 LEARNED_MARGIN = 0.1   # nats: "learned beyond the bigram table" means at least this below it
