@@ -42,13 +42,13 @@ def lms_identity(path: str | Path) -> tuple[str, str, str] | None:
     """(lms, id, name) from a Moodle or Canvas download's naming of ``path`` (its file
     name, else its folder's), or None. For Moodle the ID is the participant number."""
     path = Path(path)
-    for part in (path.name, path.parent.name):
-        found = _MOODLE.match(part)
-        if found:
-            return "moodle", found["id"], found["name"].strip()
-        found = _CANVAS.match(part)
-        if found:
-            return "canvas", found["id"], found["name"]
+    # a Moodle folder names the student whatever the file inside is called
+    for part, patterns in ((path.parent.name, ("moodle",)), (path.name, ("moodle", "canvas")),
+                           (path.parent.name, ("canvas",))):
+        for lms in patterns:
+            found = (_MOODLE if lms == "moodle" else _CANVAS).match(part)
+            if found:
+                return lms, found["id"], found["name"].strip()
     return None
 
 
@@ -60,6 +60,10 @@ def submission_name(path: str | Path) -> str:
     if parent and (_MOODLE.match(parent) or _CANVAS.match(parent)):
         return f"{parent}/{path.name}"
     return path.name
+
+
+_SOURCES = {"roster": "the roster", "pattern": "--id-pattern", "moodle": "Moodle's file name",
+            "canvas": "Canvas's file name", "file name": "the file name"}
 
 
 @dataclass
@@ -96,11 +100,12 @@ def student_ids(paths, submissions, roster=None, id_pattern=None,
         else:
             who = Identity(Path(path).name.removesuffix(".ipynb"))
         if claimed and who.source != "metadata" and claimed != who.id:
+            said = _SOURCES.get(who.source, who.source)
             who.flags.append(
-                f"conflict: the notebook's metadata names student {claimed}, the {who.source} "
+                f"conflict: the notebook's metadata names student {claimed}, {said} "
                 f"{who.id}; {who.id} is used" if from_metadata else
-                f"the notebook's metadata names student {claimed} (not used; the "
-                f"{who.source} gives {who.id})")
+                f"the notebook's metadata names student {claimed}, not used ({said} gives "
+                f"{who.id})")
         ids[str(path)] = who
     shared = defaultdict(list)
     for path, who in ids.items():

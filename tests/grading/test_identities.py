@@ -78,6 +78,7 @@ def rows(path):
     ("lovelaceada_LATE_51234_998877_01_layernorm_geometry-1.ipynb",
      ("canvas", "51234", "lovelaceada")),
     ("lovelaceada_51234_998877_hw/notebook.ipynb", ("canvas", "51234", "lovelaceada")),
+    ("Ada Lovelace_7_assignsubmission_file/ab_12_34_x.ipynb", ("moodle", "7", "Ada Lovelace")),
     ("01_layernorm_geometry.ipynb", None),
     ("ada_12345.ipynb", None),
 ])
