@@ -64,6 +64,18 @@ def stub_solution(source: str) -> str:
     return "\n".join(out)
 
 
+def calls_any(source: str, names: set[str]) -> bool:
+    """Whether ``source`` calls (or passes on) a function named in ``names``."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:          # IPython magics: read as text
+        return any(re.search(rf"\b{re.escape(n)}\b", source) for n in names)
+    return any(isinstance(node, ast.Name) and node.id in names and
+               isinstance(node.ctx, ast.Load) for node in ast.walk(tree))
+
+
 # ------------------------------------------------------------------------- notebooks
 def install_cell(requirement: str, data: list[str] = (), fallback: str | None = None,
                  dependencies: list[str] | None = None) -> nbformat.NotebookNode:
@@ -135,6 +147,7 @@ def build_editions(source: Path, book: Book | None = None, *, strict: bool = Fal
     nb = jupytext.read(source)
     docname = source.resolve().relative_to(book.root.resolve()).with_suffix("").as_posix()
     values = glued_values(book.executed, docname)
+    stubbed = {e.function for e in exercises}
     editions = {}
     for edition in ("student", "solution"):
         ctx = Context(chapter, book, values, docname, unfilled_ok=not strict)
@@ -152,6 +165,12 @@ def build_editions(source: Path, book: Book | None = None, *, strict: bool = Fal
                 cells.append(cell)
                 continue
             cell.source = notebook_code(cell.source)     # no myst_nb in a notebook
+            if edition == "student" and BEGIN not in cell.source \
+                    and calls_any(cell.source, stubbed):
+                # a cell that calls an exercise's function raises until it is solved
+                tags = cell.metadata.setdefault("tags", [])
+                if "raises-exception" not in tags:
+                    tags.append("raises-exception")
             if BEGIN in cell.source:
                 tags = cell.metadata.setdefault("tags", [])
                 if "exercise" not in tags:

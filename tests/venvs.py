@@ -202,7 +202,7 @@ def colab_stub(folder: Path) -> Path:
 
 
 def execute(python: Path, notebook: Path, out: Path, cwd: Path, pythonpath: Path | None = None,
-            timeout: float = 1200) -> None:
+            timeout: float = 1200, env: dict | None = None) -> None:
     """Execute ``notebook`` with the environment's own kernel; the result goes to ``out``.
 
     The kernel sees the environment only: no PYTHONPATH but ``pythonpath``, no project

@@ -120,14 +120,15 @@ def _run_student(python, source, tmp_path, monkeypatch, wheel):
 
 
 def _check_student(executed, python):
-    """Only the stubs failed, each with NotImplementedError; lncourse came from the wheel
+    """Only the stubs failed (every exercise cell, and any cell that calls a stub), each
+    with NotImplementedError; lncourse came from the wheel
     into the Colab environment; Colab's pinned versions are untouched (nothing was
     upgraded); the stored results came from the published archives. Returns the first
     cell's wall time, s."""
     errors = venvs.errors(executed)
     assert {name for _, name in errors} <= {"NotImplementedError"}, errors
     stubs = {i for i, c in enumerate(executed.cells) if "exercise" in c.metadata.get("tags", [])}
-    assert {i for i, _ in errors} == stubs
+    assert stubs <= {i for i, _ in errors}, "an exercise stub did not raise"
     text = "".join(o.get("text", "") for o in executed.cells[-1].get("outputs", []))
     report = json.loads(text.strip().splitlines()[-1])
     assert report["lncourse"].startswith(str(python.parent.parent)), report

@@ -53,7 +53,7 @@ def test_directives_become_plain_markdown():
 def test_cross_references_read_as_on_the_site():
     out = convert("see chapter {ref}`ch-layernorm`, {numref}`fig-grid` and {ref}`ex-braid-reflect`")
     assert out == (f"see chapter LayerNorm is a projection and a scaling, "
-                   f"{BOOK.numbers['fig-grid']} and Exercise 2.4")
+                   f"{BOOK.numbers['fig-grid']} and Exercise 2.3")
     assert BOOK.numbers["fig-grid"].startswith("Figure 2.")
     with pytest.raises(ValueError, match="unknown label"):
         convert("{ref}`ch-nowhere`")
@@ -295,3 +295,22 @@ def test_editions_write_every_quote_from_the_executed_build(tmp_path):
         assert all(f"`{n}`" not in md for n in names)
         missing = [n for k, n in enumerate(names) if f"{100 + k}" not in md and f"md{k}" not in md]
         assert not missing, f"quotes without their value: {missing}"
+
+
+def test_a_cell_that_calls_a_stub_may_raise_in_the_student_edition(chapter):
+    """Issue 33: a cell that uses an exercise's function raises NotImplementedError until
+    the exercise is done; the student edition lets it (raises-exception), and only it."""
+    from editions import calls_any
+
+    assert calls_any("y = f(x)\nprint(y)", {"f"}) and calls_any("g(f)", {"f"})
+    assert not calls_any("f = 3\nprint(x)", {"f"}) and not calls_any("ff(x)", {"f"})
+    assert calls_any("%timeit f(x)", {"f"}) and not calls_any("%timeit ff(x)", {"f"})
+    source, _, editions = chapter
+    if True:
+        names = {e.function for e in chapter_exercises(source).exercises}
+        for edition, nb in editions.items():
+            for cell in nb.cells:
+                tags = cell.metadata.get("tags", [])
+                if cell.cell_type == "code" and "exercise" not in tags:
+                    assert ("raises-exception" in tags) == (
+                        edition == "student" and calls_any(cell.source, names)), cell.source[:200]
