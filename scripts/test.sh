@@ -19,6 +19,12 @@
 #   colab         the reader's environments (tests/book/test_colab.py; the package index)
 #   nbval         nbval re-executes chapters 1 and 5 and compares the cells tagged
 #                 `deterministic` with the site's outputs (2, 3 and 4 are `slow`)  [site]
+#   replay-avx2   the tests that replay or recompute a stored result (marker `replay`)
+#                 a second time, with PyTorch's kernels held to AVX2
+#                 (ATEN_CPU_CAPABILITY=avx2) and the course's C kernel in its portable
+#                 build (LNCOURSE_PORTABLE_KERNEL=1: no -march=native, no -ffast-math;
+#                 cached under a name of its own): a CPU without AVX-512 must pass them
+#                 too (issue 32). The unit task runs them on this CPU's own paths.
 # (Run as a third process beside the lanes, the reader's environments slowed both lanes
 # by about 55 s: pip's installs are not only waiting on the network.)
 # Tasks marked [site] wait for the build. Each task's output is in _build/task-<name>.log,
@@ -65,13 +71,15 @@ export LNCOURSE_PIP_REPORT=$PWD/_build/pip-report.json
 
 # The queue, in the order tasks are claimed; [site] tasks wait for lane A's marker.
 rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
-TASKS=(students unit site grading colab nbval)
+TASKS=(students unit replay-avx2 site grading colab nbval)
 NEEDS_SITE=" nbval site "
 task() {
   case "$1" in
     students) $PY -m pytest -m notebooks -k student -p no:cacheprovider -q --durations=0 ;;
     unit) $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider -q \
             --ignore=tests/book/test_colab.py --ignore=tests/grading --durations=10 ;;
+    replay-avx2) ATEN_CPU_CAPABILITY=avx2 LNCOURSE_PORTABLE_KERNEL=1 $PY -m pytest \
+                   -m "replay and not slow" -p no:cacheprovider -q --durations=10 ;;
     grading) $PY -m pytest tests/grading -m "not slow and not notebooks and not site" \
                -p no:cacheprovider -q --durations=5 ;;
     colab) $PY -m pytest tests/book/test_colab.py -m "not slow" -p no:cacheprovider -q \

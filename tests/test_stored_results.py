@@ -36,6 +36,7 @@ def test_readme_lists_every_stored_result():
     assert listed <= stored, f"listed but missing: {sorted(listed - stored)}"
 
 
+@pytest.mark.replay
 @pytest.mark.parametrize("path", MAJORITY, ids=lambda p: p.stem)
 def test_stored_majority_run_replays(path):
     """The first seed's models, retrained for the first steps, give the stored losses."""
@@ -63,6 +64,7 @@ def test_stored_majority_run_replays(path):
         np.testing.assert_allclose(replay[key][0], np.asarray(stored[key][0])[cols], rtol=2e-4)
 
 
+@pytest.mark.replay
 @pytest.mark.skipif(not (RESULTS_DIR / "majority" / "throughput.json").exists(),
                     reason="no stored benchmark")
 def test_stored_benchmark_losses_replay():

@@ -177,6 +177,7 @@ def _recompute(stored, seeds):
     return bad
 
 
+@pytest.mark.replay
 def test_stored_first_seed_recomputes_from_its_weights(stored):
     assert not _recompute(stored, {stored[0]["config"]["seeds"][0]})
 
@@ -186,21 +187,50 @@ def test_stored_every_seed_recomputes_from_its_weights(stored):
     assert not _recompute(stored, set(stored[0]["config"]["seeds"]))
 
 
-def test_stored_first_record_replays_from_the_seed(stored):
-    """The highest learning rate's first model, trained again to its first record."""
-    result, _ = stored
+# The first record (step 0, before any update) is one float32 forward pass of the probe
+# windows through the seeded initial weights: a few dozen roundings of float32 (6e-8 each)
+# whatever the kernels, so 1e-5 relative. The record at step eval_every follows 50 steps of
+# AdamW, and how far a last-bit difference travels in 50 steps depends on the learning
+# rate. Measured for seed 0 against the stored records (written on an AMD EPYC), with
+# PyTorch's AVX-512 and AVX2 kernels, each also with every embedding weight moved by one
+# float32 ulp (issue 32): at lr 1e-3 and 3e-3 the mean train loss of the first 50 steps
+# moved by at most 6e-9 relative and the largest logits by at most 8e-6 (Peri-LN: 1e-8
+# and 9e-6); at lr 0.3 the loss moved by up to 2.1% and a largest logit by up to 2.4
+# times its stored value (Peri-LN: 1.3% and 1.4 times). The run at lr 0.3 is chaotic from its first steps, so its
+# record at step 50 is not a number another CPU can replay; the lowest lr's is, to
+# REPLAY_LOSS_RTOL (float32's rounding of one loss, 100 times the measured spread) and
+# REPLAY_LOGIT_RTOL (11 times it).
+INIT_RTOL, REPLAY_LOSS_RTOL, REPLAY_LOGIT_RTOL = 1e-5, 1e-6, 1e-4
+
+
+def replay_first_record(result: dict, variant: str, build) -> tuple[dict, dict]:
+    """The lowest learning rate's first model of ``variant`` (built by ``build(cfg,
+    vocab_size, seed)``), trained again to its first record; (replayed, stored) histories."""
     cfg = LG.LogitsConfig.from_dict(result["config"])
-    i, seed = len(cfg.lrs) - 1, cfg.seeds[0]
+    i, seed = 0, cfg.seeds[0]
     tok, train_ids, test_ids = LG._data(cfg)
     probe, _, _ = LG._windows(cfg, train_ids, test_ids)
-    model = LG.build(cfg, tok.vocab_size, "Pre-LN", seed)
+    model = build(cfg, tok.vocab_size, seed)
     hist = LG.train_one(cfg, model, cfg.lrs[i], seed, train_ids, probe, until=cfg.eval_every)
-    stored_hist = next(r for r in result["models"]["Pre-LN"]
-                       if r["lr_index"] == i and r["seed"] == seed)["history"]
-    assert hist["step"] == stored_hist["step"][:2]
-    assert hist["train_loss"][1] == pytest.approx(stored_hist["train_loss"][1], rel=1e-5)
-    for got, want in zip(hist["max_logit"], stored_hist["max_logit"][:2], strict=True):
-        assert got == pytest.approx(want, rel=1e-4)
+    want = next(r for r in result["models"][variant]
+                if r["lr_index"] == i and r["seed"] == seed)["history"]
+    return hist, want
+
+
+def assert_first_record(hist: dict, want: dict) -> None:
+    assert hist["step"] == want["step"][:2]
+    assert hist["max_logit"][0] == pytest.approx(want["max_logit"][0], rel=INIT_RTOL)
+    assert hist["train_loss"][1] == pytest.approx(want["train_loss"][1], rel=REPLAY_LOSS_RTOL)
+    assert hist["max_logit"][1] == pytest.approx(want["max_logit"][1], rel=REPLAY_LOGIT_RTOL)
+
+
+@pytest.mark.replay
+def test_stored_first_record_replays_from_the_seed(stored):
+    """The lowest learning rate's first Pre-LN model, trained again to its first record
+    (the tolerances and why not the highest lr: above)."""
+    hist, want = replay_first_record(stored[0], "Pre-LN",
+                                     lambda cfg, v, seed: LG.build(cfg, v, "Pre-LN", seed))
+    assert_first_record(hist, want)
 
 
 def test_stored_summary_is_that_of_its_records(stored):
