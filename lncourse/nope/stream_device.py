@@ -32,6 +32,7 @@ import datetime
 import hashlib
 import io
 import json
+import math
 import os
 import platform
 import subprocess
@@ -208,7 +209,8 @@ def run(phases: list[str], out: Path, ck: Path, device: str = "cpu",
                              + " ".join(sys.argv[1:] if argv is None else argv),
                              "code": {p: blob_id(ROOT / p) for p in CODE},
                              "started": datetime.datetime.now(datetime.timezone.utc)
-                             .isoformat(timespec="seconds"), "budget_s": budget_s,
+                             .isoformat(timespec="seconds"),
+                             "budget_s": budget_s if math.isfinite(budget_s) else None,
                              "stopped": "finished"}}
     if device.type == "cuda":
         record["provenance"]["forward_check"] = forward_check(device)

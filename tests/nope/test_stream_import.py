@@ -1,0 +1,164 @@
+"""Storing a device run of the Figure 2 probe, its readings and the chapter's sentences
+on it (lncourse.nope.stream_import, lncourse.nope.stream_gpu; issue 35 item 5)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from lncourse.nope import stream_device as dev, stream_gpu as G, stream_import as si
+from lncourse.results import RESULTS_DIR, load_result
+
+STORED_GPU = RESULTS_DIR / "nope" / "stream_gpu.json"
+STORED_CPU = RESULTS_DIR / "nope" / "stream_overfit_cpu.json"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A device record of the tiny phases, written on the CPU."""
+    tmp = tmp_path_factory.mktemp("device")
+    dev.run(["tiny_stored", "tiny_paper"], tmp / "out", tmp / "ck")
+    return tmp / "out"
+
+
+def _store(folder, tmp_path, monkeypatch, name="stream_gpu"):
+    monkeypatch.setattr(si, "RESULTS_DIR", tmp_path)
+    return json.loads(si.store(folder, name).read_text())
+
+
+def test_import_stores_the_devices_provenance_and_readings_that_recompute(
+        folder, tmp_path, monkeypatch):
+    got = _store(folder, tmp_path, monkeypatch)
+    rec = json.loads((folder / "stream_gpu.json").read_text())
+    p = got["provenance"]
+    assert p["device"] == rec["provenance"]["device"] and p["torch"] == rec["provenance"]["torch"]
+    assert p["command"].startswith("python -m lncourse.nope.stream_device")
+    assert p["checked_errors"] == 2 * (3 * 4 + 3 * 1)    # stored: 4 per probe; paper: 1
+    with np.load(tmp_path / "nope" / got["predictions"]) as f:
+        arrays = {k: f[k] for k in f.files}
+    again = si.readings(got, arrays, load_result("nope/stream_paper"))
+    assert json.loads(json.dumps(again)) == got["readings"]
+    assert got["readings"]["baseline_middle"] == 4.0            # T = 16: T / 4
+    assert got["readings"]["baseline_uniform"] == pytest.approx((16 ** 2 - 1) / 48)
+
+
+def test_import_refuses_an_error_that_is_not_its_predictions(folder, tmp_path, monkeypatch):
+    for key, delta in (("mae_classifier", 0.25), ("mae_regression_train", 0.01),
+                       ("mae_classifier_bfloat16", 0.01)):
+        bad = tmp_path / key
+        subprocess.run(["cp", "-r", str(folder), str(bad)], check=True)
+        rec = json.loads((bad / "stream_gpu.json").read_text())
+        rec["phases"]["tiny_stored"]["models"][1][key][1] += delta
+        (bad / "stream_gpu.json").write_text(json.dumps(rec))
+        with pytest.raises(ValueError, match="is not the error"):
+            _store(bad, tmp_path / "r", monkeypatch)
+
+
+def test_find_commit_names_the_commit_with_those_blobs():
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=dev.ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    tree = subprocess.run(["git", "ls-tree", "HEAD", "--", *dev.CODE], cwd=dev.ROOT,
+                          capture_output=True, text=True).stdout.splitlines()
+    code = {line.split("\t")[1]: line.split()[2] for line in tree}
+    found = si.find_commit(code)
+    assert subprocess.run(["git", "merge-base", "--is-ancestor", found, head],
+                          cwd=dev.ROOT).returncode == 0
+    assert si.find_commit({**code, dev.CODE[0]: "0" * 40}).startswith("unknown")
+
+
+def test_welch_gap_is_scipys_welch_interval():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(5, 2, 200), rng.normal(4, 1, 1600)
+    d, lo, hi = si.welch_gap(a, b)
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert d == pytest.approx(a.mean() - b.mean())
+    assert (lo, hi) == pytest.approx((ci.low, ci.high))
+
+
+def test_a_later_session_adds_its_models(tmp_path, monkeypatch):
+    """Import one model, run the rest with --have, import again: the same readings as one
+    run imported at once."""
+    dev.run(["tiny_paper"], tmp_path / "a", tmp_path / "cka", models=["causal:0"])
+    first = _store(tmp_path / "a", tmp_path / "r1", monkeypatch)
+    assert first["readings"]["phases"]["tiny_paper"]["causal_models"] == [0]
+    dev.run(["tiny_paper"], tmp_path / "b", tmp_path / "ckb",
+            have=tmp_path / "r1" / "nope" / "stream_gpu.json")
+    both = _store(tmp_path / "b", tmp_path / "r1", monkeypatch)
+    dev.run(["tiny_paper"], tmp_path / "c", tmp_path / "ckc")
+    once = _store(tmp_path / "c", tmp_path / "r2", monkeypatch)
+    for r in (both, once):                      # timings differ from run to run
+        assert len(r["readings"]["phases"]["tiny_paper"].pop("seqs_per_s")) == 3
+    assert both["readings"] == once["readings"] and len(both["provenance"]["runs"]) == 1
+    with pytest.raises(ValueError, match="in both"):
+        _store(tmp_path / "c", tmp_path / "r1", monkeypatch)
+
+
+def _claims(stored):
+    return {c.key: c.holds for c in G.claims(stored)}
+
+
+def _with(stored, arrays, edit):
+    s = copy.deepcopy(stored)
+    for m in s["phases"]["tiny_stored"]["models"] + s["phases"]["tiny_paper"]["models"]:
+        edit(m)
+    s["phases"]["stored"] = s["phases"].pop("tiny_stored")
+    s["phases"]["paper"] = s["phases"].pop("tiny_paper")
+    arrays = {k.replace("tiny_", "", 1): v for k, v in arrays.items()}
+    s["readings"] = si.readings(s, arrays)
+    return s
+
+
+def test_the_sentences_follow_the_numbers(folder, tmp_path, monkeypatch):
+    """Each of stream_gpu's sentences holds on numbers that support it and fails on
+    contrary ones: memorised training sequences (a large gap) against none; fast and
+    slow; an error that falls with depth below guessing the middle against one that
+    does not."""
+    stored = _store(folder, tmp_path, monkeypatch)
+    with np.load(tmp_path / "nope" / stored["predictions"]) as f:
+        arrays = {k: f[k] for k in f.files}
+
+    def memorised(m):
+        for p in G.PROBES:
+            if f"mae_{p}_train" in m:
+                m[f"mae_{p}_train"] = [0.5 * v for v in m[f"mae_{p}_bfloat16"]]
+        m["seqs_per_s"] = 1500.0
+
+    def figure2(m):
+        for p in G.PROBES:
+            m[f"mae_{p}"] = [4.0] + [3.5 - 0.5 * k - 0.01 * m["seed"] for k in range(1, 3)]
+        m["seqs_per_s"] = 900.0
+
+    yes, no = _claims(_with(stored, arrays, memorised)), _claims(_with(stored, arrays, figure2))
+    assert yes["stored_size_overfits"] is True and no["stored_size_overfits"] is False
+    assert yes["stream_gpu_throughput"] is True and no["stream_gpu_throughput"] is False
+    assert no["paper_budget_classifier_falls_with_depth"] is True
+    assert no["paper_budget_classifier_below_baseline"] is True
+    assert yes["paper_budget_classifier_reproduces_figure2"] is False
+    assert G.claims(None)[0].holds is None
+
+
+@pytest.mark.skipif(not STORED_GPU.exists(), reason="the GPU run is not stored yet")
+def test_stored_gpu_run_recomputes():
+    stored = load_result("nope/stream_gpu")
+    with np.load(RESULTS_DIR / "nope" / stored["predictions"]) as f:
+        arrays = {k: f[k] for k in f.files}
+    assert si.check(stored, arrays) == stored["provenance"]["checked_errors"]
+    again = si.readings(stored, arrays, load_result("nope/stream_paper"))
+    assert json.loads(json.dumps(again)) == stored["readings"]
+    assert all(c.text for c in G.claims(stored))
+
+
+@pytest.mark.skipif(not STORED_CPU.exists(), reason="the CPU over-fitting run is not stored")
+def test_stored_cpu_overfitting_run_recomputes():
+    stored = load_result("nope/stream_overfit_cpu")
+    with np.load(RESULTS_DIR / "nope" / stored["predictions"]) as f:
+        arrays = {k: f[k] for k in f.files}
+    assert si.check(stored, arrays) == stored["provenance"]["checked_errors"]
+    again = si.readings(stored, arrays, load_result("nope/stream_paper"))
+    assert json.loads(json.dumps(again)) == stored["readings"]
+    assert {c.key for c in G.claims(stored, "the CPU")} >= {"stored_size_overfits"}
