@@ -13,7 +13,7 @@ steps:
    it installs the wheels into /tmp/site, builds the stand-ins, and runs every notebook.
 
 COMMAND (the coordinator's one line; SCALE and JOBS as needed):
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && python3 scripts/device_notebooks.py --run --scale 0.05 --jobs 4 --timeout 540 --out $OUT/device_notebooks.json
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && python3 scripts/device_notebooks.py --run --scale 0.05 --jobs 14 --timeout 420 --out $OUT/device_notebooks.json
 
 Stand-ins: all-MiniLM-L6-v2 (90 MB of weights) and SmolLM2-135M (98 MB GGUF) do not fit
 the 25 MB that travels to the device. Their packages are rebuilt there with the real
@@ -251,11 +251,13 @@ def run(scale: float, jobs: int, timeout: int, out: Path, only: list[str],
     if site is not None and needed:
         standins(site, needed)
     setup = time.time() - t
+    threads = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))    # no oversubscription
     env = dict(os.environ, LNCOURSE_NO_WIDGETS="1", PYTHONDONTWRITEBYTECODE="1",
-               MPLBACKEND="Agg")
+               MPLBACKEND="Agg", OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     env.pop("LNCOURSE_DEVICE", None)
-    device = (f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available()
-              else "cpu")
+    from lncourse.results import device_name
+
+    device = device_name("cuda" if torch.cuda.is_available() else "cpu").split(",")[0]
     tasks = [(s, full) for full in (False, True) for s in stems]
     reports = []
     with concurrent.futures.ThreadPoolExecutor(max(1, jobs)) as pool:
@@ -274,6 +276,40 @@ def run(scale: float, jobs: int, timeout: int, out: Path, only: list[str],
     return 0 if all(r["ok"] for r in reports) else 1
 
 
+def store(runs: list[Path], commit: str, command: str) -> Path:
+    """Add the runs of device_notebooks JSON files (from ``--run``, here or on a device)
+    to the stored result ``results/notebooks/timings.json`` that
+    ``lncourse.device.full_mode_plan`` quotes: each run with its device, torch, SCALE and
+    the commit its notebooks were generated from (a run of the same page, mode, SCALE
+    and device replaces the older one)."""
+    sys.path.insert(0, str(ROOT))
+    from lncourse.results import RESULTS_DIR, write_result
+
+    path = RESULTS_DIR / "notebooks" / "timings.json"
+    old = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    new = []
+    for run_path in runs:
+        run = json.loads(Path(run_path).read_text())
+        for r in run["runs"]:
+            new.append({"chapter": r["chapter"], "mode": "full" if r["mode"] != "fast" else "fast",
+                        "scale": run["scale"] if r["mode"] != "fast" else 1.0,
+                        "wall_s": r["wall_s"], "ok": r["ok"], "device": run["device"],
+                        "torch": run["torch"], "python": run["python"], "commit": commit,
+                        "parallel_jobs": run["jobs"], "standins": r.get("standins", []),
+                        "other_errors": [e["ename"] for e in r["other_errors"]]})
+    key = lambda r: (r["chapter"], r["mode"], r["scale"], r["device"])
+    runs_by_key = {key(r): r for r in old["runs"]}
+    runs_by_key.update({key(r): r for r in new})
+    payload = {"config": {"what": "wall time of each page's student notebook through "
+                                  "nbclient (scripts/device_notebooks.py)"},
+               "provenance": {"command": command, "git_commit": commit,
+                              "device": ", ".join(sorted({r["device"] for r in new})),
+                              "torch": ", ".join(sorted({r["torch"] for r in new})),
+                              "wall_seconds": round(sum(r["wall_s"] for r in new), 1)},
+               "runs": sorted(runs_by_key.values(), key=key)}
+    return write_result(path, payload)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prepare", action="store_true", help="here: write .devnb/")
@@ -288,7 +324,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="use the installed MiniLM and SmolLM2 packages (a CPU here)")
     parser.add_argument("--out", default=str(Path(os.environ.get("OUT", "/tmp")) /
                                              "device_notebooks.json"))
+    parser.add_argument("--store", nargs="*", default=None, metavar="RUN_JSON",
+                        help="add these runs' times to results/notebooks/timings.json")
+    parser.add_argument("--commit", default=None,
+                        help="with --store: the commit the notebooks were generated from")
     args = parser.parse_args(argv)
+    if args.store:
+        if not args.commit:
+            parser.error("--store needs --commit (the commit the notebooks came from)")
+        print(f"wrote {store([Path(p) for p in args.store], args.commit, ' '.join(sys.argv))}")
+        return 0
     if args.wheels:
         wheels()
     if args.prepare:
