@@ -18,7 +18,7 @@ from lncourse import lm
 from lncourse.text import CharTokenizer, load_shakespeare, split_text
 
 __all__ = ["char_references", "reference_losses", "level", "learning_claims",
-           "corrected_interval", "arms_corrected", "dyt_signal_ratio"]
+           "corrected_interval", "arms_corrected", "dyt_signal_ratio", "context_claims"]
 
 
 # ------------------------------------------------------- how far each model learned
@@ -136,3 +136,48 @@ def dyt_signal_ratio(vlens_result: dict) -> dict[str, float]:
     share = {a: attn[a] / mean_at_1(a, "resid") for a in ("layernorm", "dyt")}
     return {"absolute": attn["layernorm"] / attn["dyt"],
             "relative": share["layernorm"] / share["dyt"]}
+
+
+SMALL_GAIN = 0.05      # nats: a late-position gain over the bigram table below this is "barely"
+
+
+def context_claims(context: dict) -> dict[str, bool]:
+    """Which stored models of chapter 5 use their context, from the per-position losses
+    against the bigram table (``results/norms/context_use.json``,
+    :func:`lncourse.norms.context_use.verdicts`, recomputed from each model's stored
+    late-position gain): a group uses its context when every seed's gain has a 95%
+    interval over windows above 0; a gain under SMALL_GAIN is barely any."""
+    from lncourse.norms.context_use import verdicts
+
+    v = verdicts(context)
+
+    def rows(key: str) -> list[dict]:
+        grid, model, *lr = key.split("/")
+        group = context[grid][model]
+        return group if not lr else [r for r in group if f"lr {r['lr']:g}" == lr[0]]
+
+    def barely(key: str) -> bool:         # not every seed, and no seed above SMALL_GAIN
+        return not v[key]["uses_context"] and all(
+            r["late"] is None or r["late"]["gain"][0] < SMALL_GAIN for r in rows(key))
+
+    def none(key: str) -> bool:           # no seed's interval above 0
+        return all(r["late"] is None or r["late"]["gain"][1] <= 0 for r in rows(key))
+    lrs = sorted({r["lr"] for r in context["logits"]["Pre-LN"]})
+    return {
+        "no trained-heads variant uses its context on every seed, and no seed gains "
+        "0.05 nats over the bigram table at late positions":
+            all(barely(f"trained_heads/{m}") for m in context["trained_heads"]),
+        "in the logit-growth run every Pre-LN seed uses its context at lr 0.01 and 0.03, "
+        "and none at the two highest rates":
+            v["logits/Pre-LN/lr 0.01"]["uses_context"]
+            and v["logits/Pre-LN/lr 0.03"]["uses_context"]
+            and all(none(f"logits/Pre-LN/lr {lr:g}") for lr in lrs[-2:]),
+        "every QK-norm seed uses its context at the second-highest rate, where no Pre-LN "
+        "seed does":
+            v[f"logits/QK-norm/lr {lrs[-2]:g}"]["uses_context"]
+            and none(f"logits/Pre-LN/lr {lrs[-2]:g}"),
+        "at lr 0.03 and above neither Peri-LN variant uses its context on every seed, and "
+        "no seed gains 0.05 nats":
+            all(barely(f"periln/{m}/lr {lr:g}") for m in ("Peri-LN", "Peri-LN-0.02")
+                for lr in lrs if lr >= 0.03),
+    }
