@@ -219,10 +219,25 @@ def measure(model: GPT, cfg: RetrainConfig, seed: int) -> dict:
     return {"test_loss": loss, "positions": per_pos, "profiles": prof}
 
 
+def as_far_as_it_got(cfg: RetrainConfig, variant: str, seed: int, ck_dir: Path):
+    """A final model as its checkpoint holds it, without training further: (model,
+    history, timing with ``step``): for a run the deadline cut short, stored as far as
+    it got (and resumable from the same checkpoint)."""
+    state = load_checkpoint(_ck(ck_dir, "final", variant, seed))
+    if state is None or state.get("kind") != "lm":
+        raise RuntimeError(f"no checkpoint of the final run {variant}/{seed}")
+    tok, _, _ = _data()
+    model = build(cfg, tok.vocab_size, variant, seed)
+    model.load_state_dict({k: v.float() for k, v in state["model"].items()})
+    return model, state["history"], {"sessions": state.get("sessions", []),
+                                     "seconds": state["elapsed"], "step": state["step"]}
+
+
 def run(cfg: RetrainConfig, ck_dir: Path | None, device: str = "cpu",
-        progress: bool = True) -> tuple[dict, dict]:
+        progress: bool = True, as_is: bool = False) -> tuple[dict, dict]:
     """Sweep, choose, train the final models (each resuming from its checkpoint), round
-    and measure; returns the payload (with ``seconds``) and the weights."""
+    and measure; returns the payload (with ``seconds``) and the weights. ``as_is``:
+    measure the final models as far as their checkpoints got, training nothing."""
     tok, train_ids, test_ids = _data()
     refs = reference_losses(train_ids, test_ids, tok.vocab_size)
     swept = ("NoPE",) if cfg.shared_lr else tuple(VARIANTS)
@@ -238,8 +253,11 @@ def run(cfg: RetrainConfig, ck_dir: Path | None, device: str = "cpu",
         for seed in cfg.seeds:
             before = profiles(build(cfg, tok.vocab_size, variant, seed), test_ids,
                               cfg.profile_cfg(seed))
-            model, history, timing = train_final(cfg, variant, seed, chosen[variant],
-                                                 ck_dir, device, progress)
+            if as_is:
+                model, history, timing = as_far_as_it_got(cfg, variant, seed, ck_dir)
+            else:
+                model, history, timing = train_final(cfg, variant, seed, chosen[variant],
+                                                     ck_dir, device, progress)
             wall += timing.get("seconds", 0.0)
             _round(model)
             weights[f"{variant}/{seed}"] = {k: v.detach().to(torch.bfloat16).clone()
@@ -247,6 +265,7 @@ def run(cfg: RetrainConfig, ck_dir: Path | None, device: str = "cpu",
             after = measure(model, cfg, seed)
             models[variant].append({
                 "seed": seed, "lr": chosen[variant], "history": history,
+                "step": history["step"][-1], "complete": history["step"][-1] == cfg.steps,
                 "sessions": timing.get("sessions", []),
                 "test_loss": after["test_loss"], "positions": after["positions"],
                 "before": {**before, "layers": summary(before)},
@@ -390,6 +409,8 @@ def main(argv: list[str] | None = None) -> Path | None:
                            "with learned positions, trained with a recipe that learns.",
                            PRESETS)
     parser.add_argument("--part", help="sweep/<variant>/<lr index> or final/<variant>/<seed>")
+    parser.add_argument("--as-is", action="store_true", help="store the final models as "
+                        "far as their checkpoints got, training nothing (a run cut short)")
     parser.add_argument("--stall", action="store_true", help="measure the stored run of "
                         "lncourse.nope.trained instead (results/nope/trained_lm_stall.json)")
     args = parser.parse_args(argv)
@@ -422,7 +443,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     ck_dir.mkdir(parents=True, exist_ok=True)
     (ck_dir / "run").touch()
     t0 = time.perf_counter()
-    payload, weights = run(cfg, ck_dir, args.device, not args.quiet)
+    payload, weights = run(cfg, ck_dir, args.device, not args.quiet, args.as_is)
     training = payload.pop("seconds")
     payload["measure_seconds"] = round(time.perf_counter() - t0, 1)
     out = RESULTS_DIR / "nope" / f"{name}.json"
