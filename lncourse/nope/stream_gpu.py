@@ -24,7 +24,8 @@ from lncourse.nope.stream_import import phase_view
 from lncourse.nope.verdict import _ci, claims as figure2_claims
 from lncourse.results import RESULTS_DIR, load_result
 
-__all__ = ["GPU", "CPU", "MIN_SEQS_PER_S", "SAME_AS_STORED", "load", "claims"]
+__all__ = ["GPU", "CPU", "MIN_SEQS_PER_S", "SAME_AS_STORED", "load", "claims",
+           "cpu_hours_per_model"]
 
 GPU, CPU = "nope/stream_gpu", "nope/stream_overfit_cpu"
 MIN_SEQS_PER_S = 1000      # what the GPU path was asked to reach on an H100-class card
@@ -39,6 +40,15 @@ def load(name: str = GPU) -> dict | None:
     return load_result(name)
 
 
+def cpu_hours_per_model(seqs: int = 160_000) -> float:
+    """CPU-hours of the frozen model's forward passes for ``seqs`` sequences, at the
+    bfloat16 rate of ``nope/features_benchmark.json`` (every position, all depths)."""
+    b = load_result("nope/features_benchmark")
+    path = b["paths"]["new_all_positions_bfloat16"]
+    per_seq = path["cpu_s"] / (path["positions"] / b["config"]["model"]["seq_len"])
+    return seqs * per_seq / 3600
+
+
 def _n(stored: dict, phase: str) -> int:
     return len(stored["readings"]["phases"].get(phase, {}).get("causal_models", []))
 
@@ -46,8 +56,12 @@ def _n(stored: dict, phase: str) -> int:
 def claims(stored: dict | None, label: str = "the GPU") -> list[Claim]:
     """The sentences on one stored device run (None: the run was not stored)."""
     if stored is None:
+        h = cpu_hours_per_model()
         return [Claim("stream_device_not_run", f"The run on {label} has not been stored "
-                      "yet.", None)]
+                      f"yet. The paper's budget needs a GPU: its 160,000 sequences per "
+                      f"model take about {h:.0f} CPU-hours of forward passes alone (the "
+                      "stored benchmark's bfloat16 rate on one core).", None,
+                      {"cpu_hours_per_model": h})]
     out, R = [], stored["readings"]["phases"]
     K = next(iter(stored["config"].values()))["n_layers"]
     dev = stored["provenance"]["device"]

@@ -142,6 +142,16 @@ def test_the_sentences_follow_the_numbers(folder, tmp_path, monkeypatch):
     assert G.claims(None)[0].holds is None
 
 
+def test_the_page_says_why_the_paper_budget_needs_a_gpu():
+    """Before the GPU run is stored: 160,000 sequences at the stored benchmark's
+    bfloat16 rate (6.67 CPU-s for 8 sequences) is about 37 CPU-hours per model."""
+    b = load_result("nope/features_benchmark")["paths"]["new_all_positions_bfloat16"]
+    want = 160_000 * b["cpu_s"] / (b["positions"] / 512) / 3600
+    c = G.claims(None)[0]
+    assert c.values["cpu_hours_per_model"] == pytest.approx(want)
+    assert 30 < want < 45 and f"about {want:.0f} CPU-hours" in c.text
+
+
 @pytest.mark.skipif(not STORED_GPU.exists(), reason="the GPU run is not stored yet")
 def test_stored_gpu_run_recomputes():
     stored = load_result("nope/stream_gpu")
