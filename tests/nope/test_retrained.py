@@ -106,4 +106,10 @@ def test_stall_is_at_the_bigram_level():
     assert abs(stall["history"]["test_loss"][-1] - bigram) < 0.05
     gain = context_gain(stall["positions"], stall["config"]["late_start"])
     assert gain == stall["late"]
+    again = R.stall(windows=stall["config"]["windows"],
+                    late_start=stall["config"]["late_start"])     # from the stored weights
+    np.testing.assert_allclose(again["positions"]["model"], stall["positions"]["model"],
+                               atol=1e-4)
+    np.testing.assert_allclose(again["positions"]["bigram"], stall["positions"]["bigram"],
+                               atol=1e-12)
     assert gain["gain"][1] < 0.05      # no context used: the interval reaches below 0.05
