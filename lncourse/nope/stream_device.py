@@ -231,10 +231,13 @@ def run(phases: list[str], out: Path, ck: Path, device: str = "cpu",
             part = ck / f"{ph}_{kind}_{seed}.pt"
             state = torch.load(part, weights_only=False) if part.exists() else None
 
-            def keep(s, p=part, ph=ph, name=name):
+            def keep(s, p=part, ph=ph, name=name, B=cfg.seqs_per_batch):
                 save_atomic(s, p)
                 record["phases"][ph]["partial"] = {"model": name, "batch": s["batch"],
                                                    "seconds": round(s["seconds"], 1)}
+                print(f"  {ph} {name}: batch {s['batch']}, {s['seconds']:.0f} s, "
+                      f"{s['batch'] * B / max(s['seconds'], 1e-9):.0f} sequences/s "
+                      "(with the checkpoints)", flush=True)
             try:
                 r = train_fast(cfg, seed, kind == "causal", device, state, keep, end)
             except OutOfTime as e:
