@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.claims import ledger_main, load_ledger
-from lncourse.norms import periln_report, real, review, trained, verdict
+from lncourse.norms import context_use, periln_report, real, review, trained, verdict
 from lncourse.norms.hidden import STATS, chance_abs_cos
 from lncourse.results import RESULTS_DIR, describe, load_result
 
@@ -43,6 +43,7 @@ SOURCE = "norms/real_paper"
 HEADS = "norms/trained_heads"
 VLENS = "norms/vlens"
 LOGITS = "norms/logits"
+CONTEXT = "norms/context_use"
 LEDGER = "norms/reported"
 
 
@@ -118,12 +119,15 @@ def _logits(stored: dict) -> dict:
             "claims": verdict.logits_claims(stored)}
 
 
-def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict) -> dict:
+def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
+            context: dict) -> dict:
     """What the replication page adds for a reviewer (:mod:`lncourse.norms.review`): the
     data's bigram and unigram losses, where each trained model's loss sits against them
     and the claims on it, the majority arms' intervals corrected for multiplicity (from
     the arms' ledger, ``results/norms/majority_reported.json``, which
-    ``tests/norms/test_majority.py`` guards) and DyT's weaker position signal."""
+    ``tests/norms/test_majority.py`` guards), DyT's weaker position signal, and which
+    stored models use their context (``norms/context_use.json``: each group's late-position
+    gains over the bigram table and :func:`review.context_claims`)."""
     from lncourse.norms import logits as lg
 
     refs = review.char_references()
@@ -134,7 +138,10 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict) ->
             "heads_level": {v: review.level(x, refs) for v, x in heads_loss.items()},
             "claims": review.learning_claims(heads, summary, periln["summary"], refs),
             "arms_corrected": review.arms_corrected(arms),
-            "dyt_signal": review.dyt_signal_ratio(vlens)}
+            "dyt_signal": review.dyt_signal_ratio(vlens),
+            "context": {"late_gain": {k: v["late_gain"] for k, v in
+                                      context_use.verdicts(context).items()},
+                        "claims": review.context_claims(context)}}
 
 
 def arms_from_ledger(run: str = "paper_batch") -> dict:
@@ -157,14 +164,15 @@ def arms_from_ledger(run: str = "paper_batch") -> dict:
 
 
 def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
-             periln: dict | None = None, arms: dict | None = None) -> dict:
+             periln: dict | None = None, arms: dict | None = None,
+             context: dict | None = None) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
     an edit of either shows. With ``periln`` (:func:`lncourse.norms.periln_report.reported`)
     and ``arms`` (:func:`arms_from_ledger`), also the replication page's review
     (:func:`_review`)."""
-    extra = ({} if periln is None or arms is None else
-             {"review": _review(heads, vlens, logits, periln, arms)})
+    extra = ({} if None in (periln, arms, context) else
+             {"review": _review(heads, vlens, logits, periln, arms, context)})
     return {**extra, "describe": describe(stored), "n_passages": stored["config"]["n_passages"],
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
@@ -180,7 +188,8 @@ def main(argv: list[str] | None = None):
                        lambda: (reported(load_result(SOURCE), load_result(HEADS),
                                          load_result(VLENS), load_result(LOGITS),
                                          periln_report.reported(*periln_report.load()),
-                                         arms_from_ledger()),
+                                         arms_from_ledger(),
+                                         load_result(CONTEXT)),
                                 {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
                                  "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json"}),
                        argv)

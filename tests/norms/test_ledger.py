@@ -43,7 +43,7 @@ def extra():
     """The Peri-LN report and the majority arms' intervals the review section reads."""
     from lncourse.norms import periln_report
     return {"periln": periln_report.reported(*periln_report.load()),
-            "arms": L.arms_from_ledger()}
+            "arms": L.arms_from_ledger(), "context": load_result(L.CONTEXT)}
 
 
 def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits, extra):
@@ -140,12 +140,12 @@ def test_an_edited_arms_interval_or_periln_loss_fails_the_ledger(stored, heads, 
                                                                  extra):
     arms = copy.deepcopy(extra["arms"])
     arms["arms"]["no_projection"]["vs_layernorm_90"][2] -= 1.0
-    assert C.compare(L.reported(stored, heads, vlens, logits, extra["periln"], arms),
-                     C.load_ledger(LEDGER))
+    assert C.compare(L.reported(stored, heads, vlens, logits, extra["periln"], arms,
+                                extra["context"]), C.load_ledger(LEDGER))
     peri = copy.deepcopy(extra["periln"])
     peri["summary"]["per_lr"][-1]["Peri-LN"]["test_loss"][0] -= 0.2
-    assert C.compare(L.reported(stored, heads, vlens, logits, peri, extra["arms"]),
-                     C.load_ledger(LEDGER))
+    assert C.compare(L.reported(stored, heads, vlens, logits, peri, extra["arms"],
+                                extra["context"]), C.load_ledger(LEDGER))
 
 
 def test_reference_losses_by_hand():
@@ -198,3 +198,23 @@ def test_the_corrected_interval_and_its_claims():
     summary["arms"]["no_projection"]["vs_layernorm_90"] = [-30.0, -41.0, -19.0]
     assert not R.arms_corrected(summary)["claims"][
         "corrected for the arms compared at once, no arm's interval excludes 0"]
+
+
+def test_the_context_claims_hold_and_turn(stored, heads, vlens, logits, extra):
+    """Each claim on which stored models use their context holds on the stored gains and
+    turns False on contrary ones; an edited gain fails the ledger."""
+    context = extra["context"]
+    assert all(R.context_claims(context).values())
+    learned = copy.deepcopy(context)                 # a trained-heads seed that learned
+    learned["trained_heads"]["QK-norm"][0]["late"]["gain"] = [0.3, 0.2, 0.4]
+    assert not R.context_claims(learned)["no trained-heads variant uses its context on "
+                                         "every seed, and no seed gains 0.05 nats over "
+                                         "the bigram table at late positions"]
+    stalled = copy.deepcopy(context)                 # QK-norm at lr 0.1 not using it
+    for r in stalled["logits"]["QK-norm"]:
+        if r["lr"] == 0.1:
+            r["late"]["gain"] = [0.01, -0.01, 0.03]
+    assert not R.context_claims(stalled)["every QK-norm seed uses its context at the "
+                                         "second-highest rate, where no Pre-LN seed does"]
+    assert C.compare(L.reported(stored, heads, vlens, logits, extra["periln"], extra["arms"],
+                                learned), C.load_ledger(LEDGER))
