@@ -32,7 +32,7 @@ from lncourse.results import (RESULTS_DIR, command_line, load_result, run_argume
                               run_started, store_run)
 from lncourse.summary import paired_interval
 
-__all__ = ["WINDOWS", "measure_model", "measure_all", "verdicts", "main"]
+__all__ = ["WINDOWS", "measure_model", "measure_all", "verdicts", "claims", "main"]
 
 WINDOWS = 32          # held-out windows per model (seed 100 + the model's seed)
 
@@ -113,6 +113,43 @@ def verdicts(result: dict, margin: float = 0.3) -> dict[str, dict]:
             for lr in sorted({r["lr"] for r in rows}):
                 judge(f"{name}/{v}/lr {lr:g}", [r for r in rows if r["lr"] == lr])
     return out
+
+
+def claims(result: dict) -> dict[str, bool]:
+    """The sentences the replication page states, each True or False on ``result``:
+
+    * ``no trained-heads model learned``: none of the 12 per-head models is 0.3 nats
+      below the bigram, and no variant's seeds all use their context;
+    * ``DyT heads at the unigram level``: every DyT model's loss is within 0.05 nats of
+      the unigram's and far above the bigram's (its late gain below -0.5);
+    * ``Peri-LN at lr >= 0.03 uses no context``: for both Peri-LN variants at every lr >=
+      0.03 and every seed, the late gain lies within 0.03 nats of 0 and the loss within
+      0.05 of the bigram's: bigram-level models, whatever their logits;
+    * ``Pre-LN and QK-norm learned at lr 0.01``: every Pre-LN seed's test loss 0.3 nats
+      below the bigram's, and every QK-norm seed's late gain above 0.2 (interval);
+    * ``Pre-LN at lr >= 0.1 worse than the bigram``: every seed's held-out loss above
+      the bigram's on the same tokens (interval of the difference below 0)."""
+    v = verdicts(result)
+    refs = result["references"]
+    heads = [k for k in v if k.startswith("trained_heads/")]
+    peri = [r for name in ("Peri-LN", "Peri-LN-0.02") for r in result["periln"][name]
+            if r["lr"] >= 0.03]
+    pre = result["logits"]["Pre-LN"]
+    qk = result["logits"]["QK-norm"]
+    return {
+        "no trained-heads model learned": not any(v[k]["learned"] or v[k]["uses_context"]
+                                                  for k in heads),
+        "DyT heads at the unigram level": all(
+            abs(r["test_loss"] - refs["unigram"]) < 0.05 and r["late"]["gain"][0] < -0.5
+            for r in result["trained_heads"]["DyT"]),
+        "Peri-LN at lr >= 0.03 uses no context": bool(peri) and all(
+            abs(r["late"]["gain"][0]) < 0.03 and abs(r["test_loss"] - refs["bigram"]) < 0.05
+            for r in peri),
+        "Pre-LN and QK-norm learned at lr 0.01": v["logits/Pre-LN/lr 0.01"]["learned"]
+        and all(r["late"]["gain"][1] > 0.2 for r in qk if r["lr"] == 0.01),
+        "Pre-LN at lr >= 0.1 worse than the bigram": all(
+            r["below_bigram"][2] < 0 for r in pre if r["lr"] >= 0.1),
+    }
 
 
 def main(argv: list[str] | None = None) -> Path:

@@ -96,3 +96,20 @@ def test_context_use_recomputes_and_judges():
     v = C.verdicts(edited)["trained_heads/DyT"]
     assert v["learned"] and v["uses_context"]
     assert not result["verdicts"]["trained_heads/DyT"]["learned"]
+
+
+def test_context_use_claims_hold_and_fail_on_contrary_numbers():
+    if not CONTEXT.exists():
+        pytest.skip("context_use is not stored yet")
+    result = json.loads(CONTEXT.read_text())
+    claims = C.claims(result)
+    assert all(claims.values()), claims
+    edited = copy.deepcopy(result)
+    edited["periln"]["Peri-LN"][-1]["late"]["gain"] = [0.3, 0.25, 0.35]   # lr 0.3 learned
+    edited["trained_heads"]["QK-norm"][0]["test_loss"] = 2.1
+    edited["trained_heads"]["QK-norm"][1]["test_loss"] = 2.1
+    edited["trained_heads"]["QK-norm"][2]["test_loss"] = 2.1
+    edited["trained_heads"]["DyT"][0]["test_loss"] = 2.5
+    edited["logits"]["Pre-LN"][-1]["below_bigram"] = [0.1, 0.05, 0.15]
+    edited["logits"]["QK-norm"][6]["late"]["gain"] = [0.1, 0.05, 0.15]
+    assert not any(C.claims(edited).values()), C.claims(edited)
