@@ -241,7 +241,8 @@ _IMAGES = """() => [...document.querySelectorAll('figure img')].map(i => {
 def test_a_phone_shows_the_page_without_sideways_scrolling_and_figures_readable(
         browser, server, page_path):
     """Issue 19, on a 390 px phone: no page scrolls sideways (chapters 2 and 3 did, by 81
-    and 30 px); every figure keeps its shape (they were squashed sideways to 0.34-0.53
+    and 30 px), and (issue 36) no table of a lesson or of the front and reference pages
+    is wider than the column; every figure keeps its shape (they were squashed sideways to 0.34-0.53
     of their aspect ratio) and is the phone's layout, its smallest text at least
     PHONE_MIN_FIGURE_TEXT_PX (25 of 28 figures were under 9 px, multi-panel ones 5 px)."""
     page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
@@ -256,7 +257,10 @@ def test_a_phone_shows_the_page_without_sideways_scrolling_and_figures_readable(
     sizes = _figure_text(page, images)
     page.close()
     assert over <= 0, f"the page scrolls sideways by {over} px at 390 px"
-    assert not wide_tables, f"tables scroll sideways at 390 px: {wide_tables[:3]}"
+    # a replication page's tables of measurements may scroll inside their box on a
+    # phone (the page itself does not); every other page's tables fit the phone's column
+    if not Path(page_path).stem.endswith("_replication"):
+        assert not wide_tables, f"tables scroll sideways at 390 px: {wide_tables[:3]}"
     squashed = [f"{i['alt'][:50]}: {i['aspect']}" for i in images
                 if not abs((i["aspect"] or 0) - 1) <= 0.02]
     assert not squashed, squashed
