@@ -109,11 +109,17 @@ def guarantees(template: bool = True) -> str:
                 + _processes(template)).strip()
     from lncourse.grading.landlock import abi
 
+    from lncourse.grading.template import fallback_template
+
     version = abi()
     spaces = namespaces_work()
+    forked = template and fallback_template()
     common = ("containment: FALLBACK (bubblewrap is not available; install the Debian package "
-              "`bubblewrap` for full containment). Holds: no descriptor of the grader's, no "
-              "process outlives its exercise (subreaper + kill), " + calls + "no capabilities "
+              "`bubblewrap` for full containment)" + (", learners forked from a template, "
+                                                     "each in its own PID namespace" if forked
+                                                     else "") + ". Holds: no descriptor of the "
+              "grader's, no process outlives its exercise (subreaper + kill), " + calls
+              + "no capabilities "
               "(as root too), rlimits on memory, file size and CPU time, checks not importable, "
               + ("its own network, IPC and mount namespaces with a size-capped tmpfs as its "
                  "only writable folder. " if spaces else "a private working folder. ")
@@ -124,7 +130,8 @@ def guarantees(template: bool = True) -> str:
                          "the class, no home), writes only its folder, signals no process "
                          "outside its own." + ("" if spaces else " Does NOT hold: a network "
                                                "namespace (it can open network connections)")
-                         + " Does NOT hold: a PID namespace (it can list your processes).")
+                         + ("" if forked else " Does NOT hold: a PID namespace (it can "
+                                                "list your processes)."))
     if version:
         return common + (f"Landlock (ABI {version}): reads only the system's libraries, "
                          "Python and lncourse, writes only its folder. Does NOT hold: it can "

@@ -126,6 +126,9 @@ def _grade_exercise(program: Program, exercise: Exercise, job: _Job, learner) ->
                                              f"own check does not run) {err}") from None
                     finally:
                         _core.HIDDEN_KEY = None
+            problem = sandbox.audit()     # the rules, read where no patch of theirs reaches
+            if problem:
+                raise AssertionError(f"{function}: {problem}")
             outcome = Outcome(True, printed.getvalue().strip().splitlines()[-1][:1000])
         elif info.get("kind") == "not callable":
             outcome = Outcome(False, f"`{function}` is a {info.get('type')}, not a function")

@@ -122,6 +122,9 @@ def _learner(rin: int, rout: int, *join: int) -> None:
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    if _FALLBACK:   # no bubblewrap around the template: Landlock gives the learner its view
+        restrict = _FALLBACK["restrict"]
+        restrict(_FALLBACK["read"], ["/tmp", "/dev/shm", os.devnull], _FALLBACK["listing"])
     _drop_capabilities(libc)
     seccomp.install()
     os.chdir("/tmp")
@@ -148,8 +151,15 @@ def _reap() -> None:
             return
 
 
+_FALLBACK: dict = {}    # the fallback's Landlock rules (no bubblewrap), set by main
+
+
 def main() -> None:
-    from lncourse.grading import learner
+    from lncourse.grading import contain, landlock, learner   # noqa: F401 (before prepare)
+
+    if os.environ.get("LNCOURSE_SANDBOX") == "fallback":
+        _FALLBACK.update(read=contain.readable(), listing=[str(contain.PACKAGE)],
+                         restrict=landlock.restrict)
 
     control = socket.socket(fileno=os.dup(0))
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -184,6 +194,17 @@ def main() -> None:
 
 
 # ------------------------------------------------------------------ the grader's side
+def fallback_template() -> bool:
+    """Whether the template can run without bubblewrap: as root (it makes each learner's
+    namespaces itself), with Landlock and the seccomp filter to bound the learners, and
+    not turned off (``LNCOURSE_TEMPLATE=none``)."""
+    from lncourse.grading.contain import namespaces_work
+    from lncourse.grading.landlock import abi
+
+    return (os.environ.get("LNCOURSE_TEMPLATE", "") != "none" and os.geteuid() == 0
+            and abi() >= 1 and seccomp.program() is not None and namespaces_work())
+
+
 class Forked:
     """Stands in for the ``Popen`` of a learner forked by the template. It is not our
     child: it ends, with every process of its namespace, when we close its request pipe."""
@@ -230,13 +251,19 @@ class Template:
     def start(cls, hide, preload: tuple[str, ...], startup: float) -> "Template | None":
         from lncourse.grading.contain import bwrap, learner_command
 
-        if bwrap() is None:
+        if bwrap() is None and not fallback_template():
             return None
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv, env = learner_command([Path(h) for h in hide], module="lncourse.grading.template", caps=CAPS)
         env["LNCOURSE_PRELOAD"] = ",".join(preload)
+        preexec = None
+        if bwrap() is None:      # the fallback's template: its own session, dies with us
+            def preexec():
+                os.setsid()
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)    # PR_SET_PDEATHSIG
         process = subprocess.Popen(argv, stdin=theirs.fileno(), stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, env=env, close_fds=True, cwd="/")
+                                   stderr=subprocess.DEVNULL, env=env, close_fds=True, cwd="/",
+                                   preexec_fn=preexec)
         theirs.close()
         ready = select.select([ours], [], [], startup)[0]
         if not ready or ours.recv(64) != _STARTED:

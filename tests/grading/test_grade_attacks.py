@@ -56,8 +56,10 @@ def centering_matrix(d):
     return Answer()
 """ % str(REDUCED)
 # 2. processes that outlive the exercise: a setsid double fork that waits for the grader
+# (in the exercise that forbids no call: where one is forbidden, starting a program is
+# refused too, lncourse.grading.audit)
 OUTLIVE = f"""
-def centering_matrix(d):
+def fold_into_linear(W, b, gamma, beta):
     import os, sys, time
     if os.fork() == 0:
         os.setsid()
@@ -66,7 +68,9 @@ def centering_matrix(d):
                      "import time; time.sleep(120)  # {MARK}"])
         os._exit(0)
     time.sleep(0.5)
-    return torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / d
+    d = W.shape[1]
+    P = torch.eye(d, dtype=W.dtype) - torch.ones(d, d, dtype=W.dtype) / d
+    return (W * gamma) @ P, W @ beta + b
 """
 # 3a. reach the classmates: kill every other process it can see
 KILLER = """
@@ -161,7 +165,7 @@ def rms_norm_gain(x, gain, eps):
 """
 
 ATTACKS = {   # name: (exercise label, source)
-    "forged": (P, FORGED), "reduce": (P, REDUCE), "outlive": (P, OUTLIVE),
+    "forged": (P, FORGED), "reduce": (P, REDUCE), "outlive": (FOLD, OUTLIVE),
     "killer": (P, KILLER), "writer": (RMS, WRITER), "huge": (P, HUGE),
     "huge_frame": (P, HUGE_FRAME), "reference": (FGH, REFERENCE),
     "hidden_sizes": (P, HIDDEN_SIZES), "aten": (FGH, ATEN), "group_norm": (FGH, GROUP),

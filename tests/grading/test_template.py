@@ -15,7 +15,10 @@ from lncourse.grading.template import PID_MAX, Template, _needed
 # a checkout or virtual environment under /tmp (a fresh clone from mktemp -d) is put back
 PUT_BACK = {Path(p).parts[2] for p in _needed(("/tmp",))}
 
-pytestmark = pytest.mark.skipif(bwrap() is None, reason="the template runs in bubblewrap")
+from lncourse.grading.template import fallback_template
+
+pytestmark = pytest.mark.skipif(bwrap() is None and not fallback_template(),
+                                reason="the template runs in bubblewrap, or as root with Landlock")
 
 PROBE = '''
 def probe(name):
@@ -60,7 +63,7 @@ def run(learner, source, name, seconds=20.0):
 
 def test_forked_learners_are_contained_each_from_the_others():
     template = Template.start([], (), 300.0)
-    assert template is not None, "the template did not start under bubblewrap"
+    assert template is not None, "the template did not start"
     try:
         a, b = Learner(template=template), Learner(template=template)
         seen = {name: run(learner, PROBE, name) for name, learner in (("a", a), ("b", b))}
