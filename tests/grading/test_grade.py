@@ -245,7 +245,9 @@ def test_an_infinite_loop_scores_zero_for_that_exercise_only(tmp_path):
     nbformat.write(nb, tmp_path / "loop.ipynb")
     start = time.monotonic()
     _, (graded,) = grade([tmp_path / "loop.ipynb"], timeout=LOOP_TIMEOUT)
-    assert time.monotonic() - start < LOOP_TIMEOUT + 30
+    # the loop's call is stopped within its limit stretched by the load (at most 3 times);
+    # the rest is the learner's start and the other exercise
+    assert time.monotonic() - start < LOOP_TIMEOUT * 3 + 60
     assert {label: o.passed for label, o in graded.outcomes.items()} == {
         e.label: e.label == "ex-rms-norm" for e in ch.exercises}
     assert (f"time limit of {LOOP_TIMEOUT:.2g} s ran out"

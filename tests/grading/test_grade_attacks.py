@@ -225,7 +225,8 @@ def outcome(attacked, name):
 
 def test_the_classmate_graded_in_the_same_run_keeps_full_marks(attacked):
     graded = attacked[0]
-    assert graded["classmate"].total == len(CH.exercises), graded["classmate"].outcomes
+    assert graded["classmate"].total == len(CH.exercises), {
+        label: o.message for label, o in graded["classmate"].outcomes.items() if not o.passed}
 
 
 def test_forged_results_on_every_descriptor_score_nothing(attacked):
