@@ -775,6 +775,69 @@ def braid_moves_keys(keys, i, steps):
     return keys[i].clone()
 
 
+
+@right("causal_unselectable")
+def causal_unselectable(keys, positions):
+    from lncourse.selectability.exact import selectability
+    unselectable = seen = 0
+    for t in positions:
+        res = selectability(keys[: t + 1].double())
+        unselectable += int((~res.selectable).sum())
+        seen += t + 1
+    return unselectable / seen
+
+
+@right("causal_unselectable")
+def causal_unselectable_counts(keys, positions):
+    from lncourse.selectability.exact import selectability_batch
+    counts = [int((~selectability_batch(keys[None, : t + 1]).selectable).sum())
+              for t in positions]
+    return float(np.sum(counts) / np.sum([t + 1 for t in positions]))
+
+
+@right("causal_unselectable")
+def causal_unselectable_tensor(keys, positions):
+    from lncourse.selectability.exact import selectability
+    flags = torch.cat([~torch.from_numpy(selectability(keys[: t + 1]).selectable)
+                       for t in positions])
+    return flags.double().mean()
+
+
+@wrong("causal_unselectable", "judged among all the keys")
+def causal_unselectable_all_keys(keys, positions):
+    from lncourse.selectability.exact import selectability
+    inside = ~selectability(keys.double()).selectable
+    return sum(int(inside[: t + 1].sum()) for t in positions) / sum(t + 1 for t in positions)
+
+
+@wrong("causal_unselectable", "own key is left out")
+def causal_unselectable_without_own(keys, positions):
+    from lncourse.selectability.exact import selectability
+    unselectable = seen = 0
+    for t in positions:
+        res = selectability(keys[:t].double())
+        unselectable += int((~res.selectable).sum())
+        seen += t
+    return unselectable / seen
+
+
+@wrong("causal_unselectable", "averaged the share per query position")
+def causal_unselectable_per_position(keys, positions):
+    from lncourse.selectability.exact import selectability
+    shares = [float((~selectability(keys[: t + 1].double()).selectable).mean())
+              for t in positions]
+    return sum(shares) / len(shares)
+
+
+@wrong("causal_unselectable", "share of selectable keys")
+def causal_unselectable_selectable(keys, positions):
+    from lncourse.selectability.exact import selectability
+    kept = seen = 0
+    for t in positions:
+        kept += int(selectability(keys[: t + 1].double()).selectable.sum())
+        seen += t + 1
+    return kept / seen
+
 # ================================================================ chapter 3
 # The reference solutions, written apart from the checks' own references.
 @right("has_clear_majority")

@@ -20,7 +20,8 @@ from lncourse.checks.majority import (  # noqa: F401
     check_query_angle, check_uniform_query_weights,
 )
 from lncourse.checks.selectability import (  # noqa: F401
-    check_braid_reflect, check_ellipsoid_query, check_hull_vertices_2d, check_unselectable_lp,
+    check_braid_reflect, check_causal_unselectable, check_ellipsoid_query,
+    check_hull_vertices_2d, check_unselectable_lp,
 )
 from lncourse.checks.nope import (  # noqa: F401
     check_effective_tokens, check_fit_loglog_slope, check_masked_attention, check_running_mean,

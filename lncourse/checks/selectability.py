@@ -16,7 +16,7 @@ from lncourse.checks._compare import Verdict, kind_problem
 from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_hull_vertices_2d", "check_unselectable_lp", "check_ellipsoid_query",
-           "check_braid_reflect"]
+           "check_braid_reflect", "check_causal_unselectable"]
 
 _SOLVERS = ("lncourse.selectability.exact.selectability", "lncourse.selectability.exact.selectability_batch",
             "lncourse.selectability.experiments.selectability_lp_baseline")
@@ -267,6 +267,78 @@ def check_braid_reflect(fn: Callable[[Tensor, int, int], Tensor], *, hidden: boo
               mistakes=_WALK_MISTAKES, smooth=False)
 
 
+# ------------------------------------------------- the keys one causal head chooses from
+def _causal(keys: Tensor, positions, causal: bool = True, own: bool = True,
+            per_position: bool = False, selectable: bool = False) -> float:
+    """Share of pairs (t, s <= t) whose key s cannot win among keys 0..t (the mistakes)."""
+    keys = keys.double()
+    shares, unsel, total = [], 0, 0
+    for t in positions:                   # the keys the head sees at query position t
+        seen = keys[: t + 1] if own else keys[:t]
+        pool = seen if causal else keys
+        out = ~_selectable(pool)[: len(seen)]
+        if selectable:
+            out = ~out
+        shares.append(float(out.double().mean()))
+        unsel, total = unsel + int(out.sum()), total + len(seen)
+    return float(np.mean(shares)) if per_position else unsel / total
+
+
+_CAUSAL_MISTAKES = [
+    ("key s was judged among all the keys of the context: a causal head at position t "
+     "chooses among keys 0..t only, so judge keys[: t + 1]",
+     lambda k, p: _causal(k, p, causal=False)),
+    ("the query's own key is left out: at position t the head sees keys[: t + 1]",
+     lambda k, p: _causal(k, p, own=False)),
+    ("you averaged the share per query position; the share of all (t, s) pairs is wanted: "
+     "sum the unselectable keys and the keys seen, then divide",
+     lambda k, p: _causal(k, p, per_position=True)),
+    ("you returned the share of selectable keys; the unselectable ones are wanted",
+     lambda k, p: _causal(k, p, selectable=True)),
+]
+
+_REAL_KEYS: dict = {}   # (head, T) -> keys, loaded once
+
+
+def _head_keys(head: int, T: int) -> Tensor:
+    """One head's keys (T, 2), layer 1 of the stored character model (full LayerNorm)."""
+    if (head, T) not in _REAL_KEYS:
+        from lncourse.results import load_result
+        from lncourse.selectability.lm import load_model
+        stored = load_result("selectability/lm_paper")   # real measured data
+        model = load_model(stored, "full LayerNorm")
+        ids = torch.tensor(stored["contexts"][:1])[:, :T]
+        with torch.no_grad():
+            _, _, cache = model(ids, return_cache=True)
+        _REAL_KEYS[head, T] = cache["blocks.0.k"][0, head].double().clone()
+    return _REAL_KEYS[head, T].clone()
+
+
+def check_causal_unselectable(fn: Callable[[Tensor, list], float], *,
+                              hidden: bool = False) -> None:
+    """The share of (query, key) pairs of a causal head whose key cannot win, on random
+    keys and on the keys of a trained model's head."""
+    g, square = generator(6), torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0],
+                                            [0.5, 0.5], [0.2, 0.7], [2.0, 2.0]],
+                                           dtype=torch.float64)
+    cases = [
+        case(square, [2, 4, 6]),
+        case(torch.randn(30, 2, generator=g, dtype=torch.float64), list(range(3, 30, 3))),
+        case(torch.randn(25, 3, generator=g, dtype=torch.float64) + 4.0, [5, 12, 24]),
+        case(_head_keys(0, 96), list(range(8, 96, 8))),
+    ]
+    if hidden:
+        cases += [
+            case(_head_keys(2, 128), list(range(16, 128, 16))),
+            case(torch.randn(40, 2, generator=g, dtype=torch.float64) * 0.01, [39]),
+            case(square, [1]),
+        ]
+    run_check(fn, "causal_unselectable", ["keys", "positions"], cases,
+              reference=lambda k, p: _causal(k, p), mistakes=_CAUSAL_MISTAKES,
+              forbidden={"lncourse.selectability.experiments.prefix_unselectable_fraction":
+                         "this exercise asks you to write the causal count yourself"})
+
+
 # The known mistakes of every exercise this module checks, by the exercise's function
 # name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
@@ -274,4 +346,5 @@ MISTAKES = {
     "unselectable_lp": _LP_MISTAKES,
     "ellipsoid_query": _ELLIPSOID_MISTAKES,
     "braid_reflect": _WALK_MISTAKES,
+    "causal_unselectable": _CAUSAL_MISTAKES,
 }

@@ -6,9 +6,9 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from lncourse.plotting.style import COLORS, figure_and_axes
+from lncourse.plotting.style import COLORS, figure_and_axes, legend_below
 
-__all__ = ["keys_hull_2d", "unselectable_heatmaps", "fraction_vs_dimension",
+__all__ = ["keys_hull_2d", "key_idea", "unselectable_heatmaps", "fraction_vs_dimension",
            "lm_loss_curves", "layer_fractions", "fraction_vs_context", "fraction_vs_step"]
 
 
@@ -55,6 +55,24 @@ def keys_hull_2d(keys, selectable, angle: float | None = None,
     ax.set_xlabel("key coordinate 1")
     ax.set_ylabel("key coordinate 2")
     ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def key_idea(panels: dict, ax=None) -> Figure:
+    """The chapter's idea in one row: per panel {title: (keys (n, 2), selectable (n,))},
+    each drawn by :func:`keys_hull_2d` (no query), the legend once, under the row."""
+    fig, axes = figure_and_axes(ax, n=len(panels), width=7.2, height=3.0)
+    for a, (title, (keys, selectable)) in zip(np.atleast_1d(axes), panels.items()):
+        keys_hull_2d(keys, selectable, ax=a)
+        a.get_legend().remove()
+        a.set_aspect("equal", adjustable="datalim")
+        inside = int(np.size(selectable) - np.count_nonzero(selectable))
+        a.set_title(f"{title}\n{inside} of {len(keys)} inside", fontsize=9)
+        a.set_xlabel("")
+        a.set_ylabel("")
+        a.set_xticks([])
+        a.set_yticks([])
+    legend_below(np.atleast_1d(axes)[0], ncol=2)
     return fig
 
 

@@ -54,7 +54,7 @@ class KeysLMConfig:
     n_layers: int = 4
     block_size: int = 1024           # training context = largest n measured (paper: 1024)
     batch_size: int = 16             # the paper's batch
-    steps: int = 400                 # the paper: 50,000 (its Table 1 model at 34,000)
+    steps: int = 400                 # the paper: 50,000 (Table 2 read at 34,000)
     lr: float = 3e-3                 # AdamW, constant (the release: 5e-5, linear decay)
     eval_every: int = 100
     eval_batches: int = 4

@@ -2,8 +2,9 @@
 
 Three seeds x two models (full LayerNorm; no scaling before attention), the paper's
 Table 1 architecture and context (d = 8, 4 layers, 4 heads, contexts of 1,024, batch 16),
-trained together by :func:`lncourse.selectability.train.train_fused` toward the
-paper's checkpoint of 34,000 steps, with the weights kept at the steps of
+trained together by :func:`lncourse.selectability.train.train_fused` to step 34,000
+(the released code's Table 2 checkpoint; it measures Table 1 at step 50,000, which
+:mod:`lncourse.selectability.seeds_continue` trains on to), with the weights kept at the steps of
 :attr:`SeedsConfig.snapshot_steps`. Stored run (resumes from its checkpoint when run
 again; ``--export-partial`` stores what a checkpoint holds so far, labelled by its step)::
 
