@@ -105,10 +105,22 @@ def _overfit(r: dict, K: int) -> list[Claim]:
                 f"{_ci(g[p])} positions ({p}; training error {train[p]:.1f})"
                 for p in PROBES) + f"; 95% t intervals over {over}.")
     values = {p: list(g[p]) for p in PROBES}
-    return [Claim("stored_size_overfits", text, all(g[p][1] > 0 for p in PROBES), values),
-            Claim("stored_size_overfitting_small", "Over-fitting accounts for less than "
-                  f"{SAME_AS_STORED:.0f} positions of either probe's error.",
-                  all(g[p][2] < SAME_AS_STORED for p in PROBES), values)]
+    out = []
+    w = {p: (r[p].get("width_train"), r[p].get("width_held")) for p in PROBES}
+    if all(v[0] and v[0][1] is not None for v in w.values()):
+        wide = all(w[p][0][1] > 1 for p in PROBES)
+        out.append(Claim(
+            "stored_size_wide_on_training_too", "On sequences they trained on, the "
+            "answers are spread " + " and ".join(f"{_ci(w[p][0])} ({p})" for p in PROBES)
+            + " times wider than what they carry warrants, against " + " and ".join(
+                _ci(w[p][1]) for p in PROBES) + " on held-out ones: the too-wide spread "
+            + ("is not a matter of over-fitting." if wide else
+               "may be over-fitting, at least in part."), wide, w))
+    return out + [
+        Claim("stored_size_overfits", text, all(g[p][1] > 0 for p in PROBES), values),
+        Claim("stored_size_overfitting_small", "Over-fitting accounts for less than "
+              f"{SAME_AS_STORED:.0f} positions of either probe's error.",
+              all(g[p][2] < SAME_AS_STORED for p in PROBES), values)]
 
 
 def _rerun(r: dict) -> list[Claim]:

@@ -30,7 +30,7 @@ from scipy import stats
 
 from lncourse.nope.probe import middle_baseline
 from lncourse.nope.stream import errors
-from lncourse.nope.stream_report import correlation, recalibrated
+from lncourse.nope.stream_report import correlation, recalibrated, spread
 from lncourse.nope.verdict import _interval, depth_slope, uniform_guess
 from lncourse.results import RESULTS_DIR, _git_commit, load_result, write_result
 
@@ -129,6 +129,14 @@ def _depths(a: np.ndarray) -> list:
             for k in range(a.shape[1])]
 
 
+def _width(pred: np.ndarray, T: int) -> float:
+    """How much wider the answers are spread than what they carry warrants, averaged over
+    depths 1 ... K: spread / (correlation x the positions' standard deviation), as
+    :func:`lncourse.nope.stream_report.claims` reads it (1: least squares)."""
+    r = np.maximum(np.asarray(correlation(pred, T)[1:]), 1e-3)
+    return float(np.mean(np.asarray(spread(pred, T)[1:]) / r / np.arange(T).std()))
+
+
 def readings(stored: dict, arrays: dict, reference: dict | None = None) -> dict:
     """Per phase and probe, over the causal models (intervals: 95% Student t over
     models): the held-out error per depth, averaged over depths 1 ... K and its slope;
@@ -136,7 +144,9 @@ def readings(stored: dict, arrays: dict, reference: dict | None = None) -> dict:
     and the recalibrated error, averaged over depths 1 ... K; with training sequences read
     again, their error, the gap (held-out minus training, both in the training
     precision) per depth and averaged over 1 ... K, and per model that average with a
-    Welch interval over sequences; against ``reference`` (the stored CPU run), the
+    Welch interval over sequences; with kept training predictions, how much too wide
+    the answers are (:func:`_width`) on those training sequences and on the held-out
+    ones; against ``reference`` (the stored CPU run), the
     paired difference of the depth-averaged error over the seeds both have."""
     out = {"baseline_middle": None, "baseline_uniform": None, "phases": {}}
     for ph, p in stored["phases"].items():
@@ -167,6 +177,10 @@ def readings(stored: dict, arrays: dict, reference: dict | None = None) -> dict:
                          gap_1_to_K_each=[welch_gap(
                              arrays[s + f"seqerr_{probe}_held"][1:].mean(0),
                              arrays[s + f"seqerr_{probe}_train"][1:].mean(0)) for s in pre])
+            if pre and pre[0] + f"pred_{probe}_train" in arrays:
+                q["width_train"] = _interval([_width(arrays[x + f"pred_{probe}_train"], T)
+                                              for x in pre]) or [None] * 3
+                q["width_held"] = _interval([_width(x, T) for x in preds]) or [None] * 3
             if reference is not None and all(reference["config"][k] == p["config"][k]
                                               for k in ("seq_len", "n_layers", "d_model")):
                 ref = {m["seed"]: m[f"mae_{probe}"] for m in reference["results"]["causal"]}

@@ -134,6 +134,23 @@ def test_the_sentences_follow_the_numbers(folder, tmp_path, monkeypatch):
         m["seqs_per_s"] = 900.0
 
     yes, no = _claims(_with(stored, arrays, memorised)), _claims(_with(stored, arrays, figure2))
+    # training answers that are the position half the time and a uniform guess the
+    # other half are about twice too wide (correlation about 1/2, full spread); answers
+    # that are the positions exactly are not too wide
+    rng = np.random.default_rng(0)
+
+    def train_answers(make):
+        return {k: (make(v.shape) if k.endswith("_train") and k.split("__")[-1]
+                    .startswith("pred_") else v) for k, v in arrays.items()}
+
+    pos = lambda shape: np.tile(np.arange(16), shape[1] // 16)[None].repeat(shape[0], 0)
+    half = rng.random(arrays[next(k for k in arrays if k.endswith("pred_classifier_train"))]
+                      .shape) < 0.5
+    mixed = lambda shape: np.where(half, pos(shape), rng.integers(0, 16, shape))
+    wide = _claims(_with(stored, train_answers(mixed), memorised))
+    assert wide["stored_size_wide_on_training_too"] is True
+    exact = _claims(_with(stored, train_answers(pos), memorised))
+    assert exact["stored_size_wide_on_training_too"] is False
     assert yes["stored_size_overfits"] is True and no["stored_size_overfits"] is False
     assert yes["stream_gpu_throughput"] is True and no["stream_gpu_throughput"] is False
     assert no["paper_budget_classifier_falls_with_depth"] is True
