@@ -73,7 +73,7 @@ class Learner:
                 self.cgroup.set_limit((STARTUP_MB + memory_mb) * 2**20)
             if self.template is not None:     # forked, ready, from the class's template
                 self.process, self.fallback = self.template.fork(
-                    self.cgroup.procs() if self.cgroup else ()), False
+                    self.cgroup.procs() if self.cgroup else (), memory_mb), False
                 self._started()
                 self.bound(memory_mb)
                 return self.process

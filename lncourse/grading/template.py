@@ -80,9 +80,10 @@ def _drop_capabilities(libc) -> None:
     _check(libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
-def _learner(rin: int, rout: int, *join: int) -> None:
+def _learner(size_mb: int, rin: int, rout: int, *join: int) -> None:
     """In the template's child: become a contained learner, then serve (never returns).
-    ``join``: the ``cgroup.procs`` files of the submission's cgroup, opened by the grader."""
+    ``join``: the ``cgroup.procs`` files of the submission's cgroup, opened by the grader;
+    ``size_mb``: the size of its private /tmp, /dev/shm and /run (each; 0: unbounded)."""
     from lncourse.grading import learner
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -106,7 +107,8 @@ def _learner(rin: int, rout: int, *join: int) -> None:
     kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in _needed(private)]
     for where in private:
         _check(libc.mount(b"tmpfs", where.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                          b"mode=1777"), f"mount {where}")
+                          b"mode=1777" + (f",size={size_mb}m".encode() if size_mb else b"")),
+               f"mount {where}")
     for path, fd in kept:     # put back, read-only, what the learner needs from under them
         os.makedirs(path, exist_ok=True)
         _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None,
@@ -179,13 +181,15 @@ def main() -> None:
             return
         if not message and not fds:
             return                       # the grader closed its end: the class is graded
-        if message == b"learner" and 2 <= len(fds) <= 4:
+        size = message.partition(b":")[2]
+        if message.partition(b":")[0] == b"learner" and 2 <= len(fds) <= 4 and (
+                not size or size.isdigit()):
             pid = os.fork()
             if pid == 0:
                 code = 0
                 try:
                     control.detach()
-                    _learner(*fds)
+                    _learner(int(size or 0), *fds)
                 except BaseException:  # noqa: BLE001 (a learner that could not be contained)
                     code = 71
                 os._exit(code)
@@ -209,12 +213,13 @@ class Forked:
     """Stands in for the ``Popen`` of a learner forked by the template. It is not our
     child: it ends, with every process of its namespace, when we close its request pipe."""
 
-    def __init__(self, control: socket.socket, join: tuple[str, ...] = ()):
+    def __init__(self, control: socket.socket, join: tuple[str, ...] = (), size_mb: int = 0):
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         joins = [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in join]
         try:
-            socket.send_fds(control, [b"learner"], [req_r, rep_w, *joins])
+            socket.send_fds(control, [f"learner:{int(size_mb)}".encode()],
+                            [req_r, rep_w, *joins])
         finally:
             for fd in (req_r, rep_w, *joins):
                 os.close(fd)
@@ -273,9 +278,10 @@ class Template:
             return None
         return cls(process, ours)
 
-    def fork(self, join: tuple[str, ...] = ()) -> Forked:
-        """A learner forked from the template; ``join``: its cgroup's ``cgroup.procs``."""
-        return Forked(self.control, join)
+    def fork(self, join: tuple[str, ...] = (), size_mb: int = 0) -> Forked:
+        """A learner forked from the template; ``join``: its cgroup's ``cgroup.procs``;
+        ``size_mb``: the size of each of its private temporary file systems."""
+        return Forked(self.control, join, size_mb)
 
     def close(self) -> None:
         """End the template; the kernel ends every learner it forked (its PID namespace)."""
