@@ -25,6 +25,8 @@
 #                 build (LNCOURSE_PORTABLE_KERNEL=1: no -march=native, no -ffast-math;
 #                 cached under a name of its own): a CPU without AVX-512 must pass them
 #                 too (issue 32). The unit task runs them on this CPU's own paths.
+#                 (The site's, the grader's and the checks' tests hold no replay, and
+#                 not collecting them saves their imports.)
 # (Run as a third process beside the lanes, the reader's environments slowed both lanes
 # by about 55 s: pip's installs are not only waiting on the network.)
 # Tasks marked [site] wait for the build. Each task's output is in _build/task-<name>.log,
@@ -79,7 +81,8 @@ task() {
     unit) $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider -q \
             --ignore=tests/book/test_colab.py --ignore=tests/grading --durations=10 ;;
     replay-avx2) ATEN_CPU_CAPABILITY=avx2 LNCOURSE_PORTABLE_KERNEL=1 $PY -m pytest \
-                   -m "replay and not slow" -p no:cacheprovider -q --durations=10 ;;
+                   -m "replay and not slow" -p no:cacheprovider -q --durations=10 \
+                   --ignore=tests/book --ignore=tests/grading --ignore=tests/checks ;;
     grading) $PY -m pytest tests/grading -m "not slow and not notebooks and not site" \
                -p no:cacheprovider -q --durations=5 ;;
     colab) $PY -m pytest tests/book/test_colab.py -m "not slow" -p no:cacheprovider -q \
