@@ -14,6 +14,12 @@ checkpoint (saved atomically at every evaluation, every 100 steps), on the CPU o
 machine without the plays' package)::
 
     python -m lncourse.selectability.seeds_continue --preset table1 --quiet
+    python -m lncourse.selectability.seeds_continue --preset table1 --export
+
+The export (once the run is finished) measures the three models at steps 34,000 and
+50,000 on the seeded run's 100 held-out contexts and stores
+``results/selectability/seeds_table1_50000.json``; the comparison of Table 1 there with
+the paper (and with step 34,000, paired by seed) is still to be written as claims.
 
 Shapes: stacked parameters (M, ...), M models.
 """
@@ -28,12 +34,14 @@ from pathlib import Path
 import torch
 
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
-from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started
+from lncourse.results import (RESULTS_DIR, _git_commit, command_line, run_arguments,
+                              run_started, store_run)
 from lncourse.selectability.lm import VARIANTS, build_model, tokenized
 from lncourse.selectability.seeds import SeedsConfig, checkpoint_state
 from lncourse.selectability.train import train_fused
 
-__all__ = ["ContinueConfig", "PRESETS", "LABEL", "continuation_state", "train", "main"]
+__all__ = ["ContinueConfig", "PRESETS", "LABEL", "continuation_state", "train", "export",
+           "main"]
 
 LABEL = "no scaling before attention"
 
@@ -163,6 +171,40 @@ def train(cfg: ContinueConfig, source_ckpt: Path, ckpt: Path, progress: bool = T
     return out, timing
 
 
+def export(cfg: ContinueConfig, state: dict, contexts: int | None = None) -> dict:
+    """What a checkpoint of the continuation holds, measured: per model its loss history
+    and, at the source run's last step and at the checkpoint's step, the fraction per
+    layer and held-out context at n = T (``measure``: before and after the LayerNorm),
+    on the contexts the seeded run's export measured (``contexts`` of them, default the
+    source's)."""
+    from lncourse.selectability.lm import held_out_contexts
+    from lncourse.selectability.seeds_measure import measure
+    from lncourse.selectability.fused import unstack
+    vocab_size, _, test_ids = streams(cfg)
+    n = cfg.source.contexts if contexts is None else contexts
+    ctx = held_out_contexts(test_ids, dataclasses.replace(
+        cfg.lm, contexts=n, track_contexts=min(cfg.lm.track_contexts, n)))
+    seeds = [seed for seed in cfg.source.seeds for _ in VARIANTS]
+    kept = [seeds[m] for m in _kept(cfg)]
+    start = cfg.source.lm.steps
+    weights = {start: state["snapshots"][str(start)], state["step"]: state["params"]}
+    out = {"config": {"source": dataclasses.asdict(cfg.source), "label": cfg.label,
+                      "steps": cfg.steps, "lm": dataclasses.asdict(cfg.lm)},
+           "seeds": kept, "label": cfg.label, "steps_done": state["step"],
+           "step": state["histories"][0]["step"], "histories": state["histories"],
+           "measured_contexts": n, "fractions": {}}
+    for step, params in weights.items():
+        models = []
+        for i, seed in enumerate(kept):
+            model = build_model(dataclasses.replace(cfg.lm, seed=seed), vocab_size,
+                                VARIANTS[cfg.label])
+            model.load_state_dict(unstack({k: v.detach().cpu().float()
+                                           for k, v in params.items()}, i))
+            models.append(model.eval())
+        out["fractions"][str(step)] = measure(models, ctx)
+    return out
+
+
 def main(argv: list[str] | None = None) -> Path:
     """Train (resuming) the continuation of a preset; returns its checkpoint."""
     parser = run_arguments("lncourse.selectability.seeds_continue", "Carry chapter 2's "
@@ -172,6 +214,10 @@ def main(argv: list[str] | None = None) -> Path:
                         "from this file (see --write-ids) instead of tokenizing the plays")
     parser.add_argument("--write-ids", type=Path, default=None, help="only write the "
                         "preset's token streams to this file, and stop")
+    parser.add_argument("--export", action="store_true", help="do not train: measure the "
+                        "checkpoint (which must be finished) and store the result")
+    parser.add_argument("--contexts", type=int, default=None, help="held-out contexts "
+                        "the export measures (default: the seeded run's)")
     args = parser.parse_args(argv)
     cfg = PRESETS[args.preset]()
     if args.write_ids is not None:
@@ -180,6 +226,17 @@ def main(argv: list[str] | None = None) -> Path:
                     "test": test_ids.to(torch.int16)}, args.write_ids)
         return args.write_ids
     source, ckpt = paths(args.preset)
+    if args.export:
+        state = load_checkpoint(ckpt, kind="lm_fused")
+        if state is None or state["step"] != cfg.steps:
+            parser.error(f"{ckpt} is not finished (step "
+                         f"{None if state is None else state['step']} of {cfg.steps})")
+        started = json.loads(Path(str(ckpt) + ".start.json").read_text())
+        out = RESULTS_DIR / "selectability" / f"seeds_{args.preset}_{cfg.steps}.json"
+        payload = export(cfg, state, args.contexts)
+        payload["measured_at_commit"] = _git_commit()
+        return store_run(out, payload, args.device, state["elapsed"], started,
+                         "the finished continuation, exported")
     run_started(ckpt, command_line("lncourse.selectability.seeds_continue", argv))
     _, timing = train(cfg, source, ckpt, progress=not args.quiet, device=args.device,
                       ids=args.ids)

@@ -134,3 +134,25 @@ def test_the_continuation_refuses_an_unfinished_source():
         C.continuation_state(cfg, {"step": 10})
     with pytest.raises(ValueError, match="must exceed"):
         C.ContinueConfig(source=cfg.source, steps=20, extra_snapshots=())
+
+
+def test_the_continuation_export_measures_both_steps(tmp_path):
+    """The export measures the kept models at the source's last step, as the seeded
+    run's own export measured them there, and at the continuation's last step."""
+    import json
+
+    from lncourse.selectability import seeds as SD
+    from lncourse.selectability import seeds_continue as C
+    from lncourse.selectability.seeds_measure import result_of
+
+    cfg = C.ContinueConfig.quick()
+    SD.train(cfg.source, tmp_path / "src.ckpt", progress=False)
+    C.train(cfg, tmp_path / "src.ckpt", tmp_path / "cont.ckpt", progress=False)
+    state = C.load_checkpoint(tmp_path / "cont.ckpt", kind="lm_fused")
+    got = json.loads(json.dumps(C.export(cfg, state)))
+    assert got["steps_done"] == 40 and sorted(got["fractions"]) == ["20", "40"]
+    source = result_of(cfg.source, SD.checkpoint_state(cfg.source, tmp_path / "src.ckpt"))
+    kept = [m for m, lab in enumerate(source["labels"]) if lab == C.LABEL]
+    for q in ("before", "after"):
+        assert got["fractions"]["20"][q] == [source["final"][q][m] for m in kept]
+        assert np.asarray(got["fractions"]["40"][q]).shape == (2, 2, 3)
