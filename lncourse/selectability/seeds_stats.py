@@ -34,7 +34,8 @@ from lncourse.selectability.seeds_measure import (PAPER, SETTLE_BAND, SETTLE_SIN
 
 __all__ = ["t_interval", "prediction_interval", "seed_means", "table_intervals",
            "final_losses", "loss_difference", "data_references", "table2_drift",
-           "stats_claims", "FULL", "NO_SCALING", "LOSS_FROM_STEP"]
+           "stats_claims", "continuation_claims", "T1_50K_BAND", "FULL", "NO_SCALING",
+           "LOSS_FROM_STEP"]
 
 FULL, NO_SCALING = "full LayerNorm", "no scaling before attention"
 TABLES = {"table1": (NO_SCALING, "after"), "table2": (FULL, "before")}
@@ -198,3 +199,36 @@ def stats_claims(result: dict, refs: dict) -> list[Claim]:
              and abs(d["last"] - d["paper"]) > abs(d["early"] - d["paper"])),
         d))
     return out
+
+
+# Written on 2026-11-27 while the continuation stood at step 34,200 of 50,000, before any
+# of its weights past step 34,000 were measured: Table 1's quantity is predicted to move
+# by less than this many points from step 34,000 to 50,000 (the mean over seeds of each
+# model's change, mean over layers and contexts, with its 95% Student-t interval inside
+# the band), as it moved by less than it over the 10,000 steps before 34,000.
+T1_50K_BAND = 2.0
+
+
+def continuation_claims(cont: dict) -> list[Claim]:
+    """The statements on Table 1 at the released code's step 50,000, from the export of
+    :mod:`lncourse.selectability.seeds_continue` (``cont``): the level with its
+    intervals beside the paper's, and the prediction of :data:`T1_50K_BAND`."""
+    start, last = sorted(cont["fractions"], key=int)
+    per = {s: [100 * float(np.mean(m)) for m in cont["fractions"][s]["after"]]
+           for s in (start, last)}
+    paper = float(np.mean(PAPER[NO_SCALING, "after"]))
+    t, p = t_interval(per[last]), prediction_interval(per[last])
+    change = t_interval(np.subtract(per[last], per[start]))
+    inside = -T1_50K_BAND < change[1] and change[2] < T1_50K_BAND
+    return [
+        Claim("table1_50000", f"At step {int(last):,}, Table 1's quantity per seed: "
+              + ", ".join(f"{v:.1f}%" for v in per[last]) + f"; mean {_ci(t)} (95% "
+              f"Student-t); one new seed would fall in [{p[1]:.1f}, {p[2]:.1f}]; the "
+              f"paper's {paper:.1f}% lies {'inside' if p[1] <= paper <= p[2] else 'outside'}"
+              " that prediction interval.", True,
+              {"per_seed": per[last], "t": t, "prediction": p, "paper": paper}),
+        Claim("table1_34000_to_50000", f"From step {int(start):,} to {int(last):,} it "
+              f"changed by {change[0]:+.1f} points [{change[1]:+.1f}, {change[2]:+.1f}] "
+              f"(per seed, 95% Student-t): {'inside' if inside else 'outside'} the "
+              f"±{T1_50K_BAND:.0f} points predicted before the run finished.", inside,
+              {"change": change, "per_seed_start": per[start]})]

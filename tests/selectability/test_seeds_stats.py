@@ -156,3 +156,21 @@ def test_the_continuation_export_measures_both_steps(tmp_path):
     for q in ("before", "after"):
         assert got["fractions"]["20"][q] == [source["final"][q][m] for m in kept]
         assert np.asarray(got["fractions"]["40"][q]).shape == (2, 2, 3)
+
+
+def test_the_step_50000_claims_read_the_export_and_fail_on_a_moved_count():
+    """On an export whose two steps hold the same fractions the prediction holds; with
+    the last step's fractions 10 points higher it fails (and the level follows)."""
+    g = np.random.default_rng(0)
+    cells = g.uniform(0.2, 0.5, size=(3, 4, 10))            # (seeds, layers, contexts)
+    same = {"fractions": {"34000": {"after": cells.tolist()},
+                          "50000": {"after": (cells + g.normal(0, 0.001, cells.shape))
+                                    .tolist()}}}
+    got = {c.key: c for c in S.continuation_claims(same)}
+    assert got["table1_34000_to_50000"].holds
+    assert abs(got["table1_50000"].values["t"][0] - 100 * cells.mean()) < 0.2
+    moved = copy.deepcopy(same)
+    moved["fractions"]["50000"]["after"] = (cells + 0.10).tolist()
+    got = {c.key: c for c in S.continuation_claims(moved)}
+    assert not got["table1_34000_to_50000"].holds
+    assert "+10.0 points" in got["table1_34000_to_50000"].text
