@@ -88,14 +88,19 @@ def test_stored_run_recomputes_from_its_weights():
 
 def test_stored_claims_hold_and_fail_on_contrary_numbers():
     result, _ = _stored()
-    claims = R.claims(result)
-    assert all(claims.values()), claims
+    # what the replication page says: the control learned (0.3 nats below the bigram)
+    # and uses its context; the NoPE model, at the same rate and steps, is below the
+    # bigram but short of the 0.3 bar, and its late-position gain is under 0.1 nats
+    assert R.claims(result) == {
+        "NoPE learned": False, "NoPE below bigram": True, "NoPE uses context": False,
+        "NoPE complete": True, "learned learned": True, "learned below bigram": True,
+        "learned uses context": True, "learned complete": True}
     stalled = copy.deepcopy(result)            # the old run's numbers: at the bigram level
     for runs in stalled["models"].values():
         for r in runs:
             r["test_loss"] = 2.54
             r["positions"]["model"] = r["positions"]["bigram"]
-    assert not any(R.claims(stalled).values())
+    assert not any(v for k, v in R.claims(stalled).items() if not k.endswith("complete"))
 
 
 def test_stall_is_at_the_bigram_level():
