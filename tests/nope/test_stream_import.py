@@ -171,10 +171,16 @@ def test_the_page_says_why_the_paper_budget_needs_a_gpu():
 
 @pytest.mark.skipif(not STORED_GPU.exists(), reason="the GPU run is not stored yet")
 def test_stored_gpu_run_recomputes():
+    """Every error of every import (the first session's and each later one's, merged)
+    is that of the stored predictions, and the stored readings are those they give
+    (edit an error, a prediction or a reading and this fails)."""
     stored = load_result("nope/stream_gpu")
     with np.load(RESULTS_DIR / "nope" / stored["predictions"]) as f:
         arrays = {k: f[k] for k in f.files}
-    assert si.check(stored, arrays) == stored["provenance"]["checked_errors"]
+    p = stored["provenance"]
+    assert si.check(stored, arrays) == p["checked_errors"] + sum(
+        r["checked_errors"] for r in p["runs"])
+    assert p["device"].startswith("cuda: NVIDIA H100")
     again = si.readings(stored, arrays, load_result("nope/stream_paper"))
     assert json.loads(json.dumps(again)) == stored["readings"]
     assert all(c.text for c in G.claims(stored))
