@@ -47,7 +47,7 @@ COLAB_STUB = {"google/colab/__init__.py": '"""A stand-in for Colab\'s module (te
 DRIVER = """
 import sys, nbclient, nbformat
 nb = nbformat.read(sys.argv[1], as_version=4)
-client = nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
+client = nbclient.NotebookClient(nb, timeout=int(sys.argv[4]), kernel_name="python3",
                                  resources={"metadata": {"path": sys.argv[3]}})
 try:
     client.execute()   # cells tagged raises-exception (the stubs) may fail; others stop it
@@ -202,7 +202,7 @@ def colab_stub(folder: Path) -> Path:
 
 
 def execute(python: Path, notebook: Path, out: Path, cwd: Path, pythonpath: Path | None = None,
-            timeout: float = 1200, env: dict | None = None) -> None:
+            timeout: float = 1200, env: dict | None = None, cell_timeout: int = 900) -> None:
     """Execute ``notebook`` with the environment's own kernel; the result goes to ``out``.
 
     The kernel sees the environment only: no PYTHONPATH but ``pythonpath``, no project
@@ -222,8 +222,8 @@ def execute(python: Path, notebook: Path, out: Path, cwd: Path, pythonpath: Path
     env.update(extra)
     driver = out.parent / "execute_notebook.py"
     driver.write_text(DRIVER)
-    run([str(python), str(driver), str(notebook), str(out), str(cwd)], env=env, cwd=cwd,
-        timeout=timeout)
+    run([str(python), str(driver), str(notebook), str(out), str(cwd), str(cell_timeout)],
+        env=env, cwd=cwd, timeout=timeout)
 
 
 def errors(nb) -> list[tuple[int, str]]:

@@ -102,7 +102,7 @@ PROBE = (
     "                  'versions': {n: metadata.version(n) for n in PINS}}))")
 
 
-def _run_student(python, source, tmp_path, monkeypatch, wheel):
+def _run_student(python, source, tmp_path, monkeypatch, wheel, timeout=1200):
     """Execute ``source``'s student notebook in the simulated Colab; the executed notebook
     and the probe's report (lncourse's place, versions after the install)."""
     student = _editions(source, wheel, monkeypatch)["student"]
@@ -114,7 +114,8 @@ def _run_student(python, source, tmp_path, monkeypatch, wheel):
     work = folder / "content"          # Colab's working folder: none of the repository
     work.mkdir()
     venvs.execute(python, folder / "student.ipynb", folder / "out.ipynb", cwd=work,
-                  pythonpath=venvs.colab_stub(tmp_path / "stub"))
+                  pythonpath=venvs.colab_stub(tmp_path / "stub"), timeout=timeout,
+                  cell_timeout=max(900, timeout - 300))
     executed = nbformat.read(folder / "out.ipynb", as_version=4)
     return executed
 
@@ -163,8 +164,9 @@ def test_colab_student_notebooks(tmp_path, monkeypatch):
     failed, times = {}, {}
     for source in chapter_sources(ROOT):
         try:
+            # a busy machine is slow, not broken: an hour per page (issue 19)
             times[source.stem] = _check_student(
-                _run_student(python, source, tmp_path, monkeypatch, wheel), python)
+                _run_student(python, source, tmp_path, monkeypatch, wheel, 3600), python)
         except AssertionError as err:
             failed[source.stem] = str(err)[-1500:]
     print("first cells:", {k: round(v, 1) for k, v in times.items()})
