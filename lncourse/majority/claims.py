@@ -91,35 +91,59 @@ def cost_claims(paper: dict, cells80: dict) -> list[Claim]:
 
 
 def paper_distance_claim(paper: dict) -> Claim:
-    """How far our accuracy at the paper's step 1,000 is above its figure, in standard
-    errors of our 10-seed mean, and one cheap candidate cause: the paper counts 17 steps
-    per epoch ("1000 epochs consisting of 17K steps", appendix E.1), the release 14."""
-    parts, values, z_all = [], {}, []
+    """How far our accuracy at the paper's step 1,000 is above its figure, and one cheap
+    candidate cause: the paper counts 17 steps per epoch ("1000 epochs consisting of 17K
+    steps", appendix E.1), the release 14.
+
+    The paper's value is itself a mean over 10 seeds, read off a plot to two decimals, so
+    the difference has three sources of error (issue 35, item 11): our 10-seed mean's
+    standard error; the paper's, which it does not report and which we estimate as ours
+    (the same protocol, seeds and number of seeds, so the same seed-to-seed spread is
+    assumed); and the reading, rounding to 0.01 (uniform, standard deviation
+    0.005/sqrt(3)). They add in quadrature. ``z`` keeps the old figure (our error only) for
+    comparison; ``z_diff`` and the 95% interval ``diff_ci`` (t with 18 degrees of freedom)
+    use the difference's error."""
+    from scipy import stats as _stats
+
+    parts, values, z_all, zd_all = [], {}, [], []
     steps = np.asarray(paper["step"], dtype=float)
+    read_sd = 0.005 / np.sqrt(3)
     for v in ("layernorm", "no_projection_released"):
         c = ST.history_arrays(paper, v)
         ours = ST.value_at(c["step"], c["test_acc"], 1000)
-        se = ours.std(ddof=1) / np.sqrt(len(ours))
+        n = len(ours)
+        se = ours.std(ddof=1) / np.sqrt(n)
+        se_paper = se                              # estimated: the same spread, 10 seeds
+        se_diff = float(np.sqrt(se ** 2 + se_paper ** 2 + read_sd ** 2))
         ref = ST.PAPER["test_acc"][v][1000]
-        z = (ours.mean() - ref) / se
+        diff = float(ours.mean() - ref)
+        z, z_diff = diff / se, diff / se_diff
+        half = float(_stats.t.ppf(0.975, 2 * n - 2)) * se_diff
         at = 1000 * 14 / 17                       # the paper's step 1,000 at 17 steps/epoch
         mapped = float(np.mean([np.interp(at, steps, row) for row in c["test_acc"]]))
         z_all.append(z)
+        zd_all.append(z_diff)
         values[v] = {"ours": float(ours.mean()), "se": float(se), "paper": ref, "z": float(z),
-                     "at_step_824": mapped}
-        parts.append(f"{v}: {ours.mean():.3f} against {ref:.2f}, {z:.1f} standard errors "
-                     f"above (standard error {se:.3f}); at step {at:,.0f}, "
-                     f"{mapped:.3f}")
+                     "se_paper_estimated": float(se_paper), "se_reading": float(read_sd),
+                     "se_diff": se_diff, "z_diff": float(z_diff),
+                     "diff_ci": (diff, diff - half, diff + half), "at_step_824": mapped}
+        parts.append(f"{v}: {ours.mean():.3f} against {ref:.2f}, a difference of "
+                     f"{fmt_ci(values[v]['diff_ci'])} ({z_diff:.1f} standard errors of the "
+                     f"difference, {se_diff:.3f}); at step {at:,.0f}, {mapped:.3f}")
     return Claim(
         "step_1000_above_paper",
-        f"At step 1,000 our test accuracy is {min(z_all):.1f} to {max(z_all):.1f} standard "
-        f"errors above the paper's figure ({'; '.join(parts)}). One cheap candidate cause: "
-        f"the paper's appendix counts 17,000 steps for its 1,000 epochs where the released "
-        f"code takes 14 steps per epoch; if its step axis counts 17 per epoch, its step 1,000 "
-        f"is our step 824 (interpolated), where our accuracies are the ones given last, "
-        f"within {max(abs(values[v]['at_step_824'] - values[v]['paper']) for v in values):.3f}"
+        f"At step 1,000 our test accuracy is {min(zd_all):.1f} to {max(zd_all):.1f} standard "
+        f"errors of the difference above the paper's figure ({'; '.join(parts)}). The "
+        f"difference's error counts our 10-seed mean, the paper's 10-seed mean (not "
+        f"reported; estimated as ours) and reading its plot to 0.01; with our error alone "
+        f"the distance would read {min(z_all):.1f} to {max(z_all):.1f}. One cheap candidate "
+        f"cause: the paper's appendix counts 17,000 steps for its 1,000 epochs where the "
+        f"released code takes 14 steps per epoch; if its step axis counts 17 per epoch, its "
+        f"step 1,000 is our step 824 (interpolated), where our accuracies are the ones given "
+        f"last, within "
+        f"{max(abs(values[v]['at_step_824'] - values[v]['paper']) for v in values):.3f}"
         f" of the paper's. We cannot check its axis; the unseeded data (below) is another "
-        f"candidate.", min(z_all) > 3, values)
+        f"candidate.", all(values[v]["diff_ci"][1] > 0 for v in values), values)
 
 
 def data_seed_claim(paper: dict, others: dict[int, dict]) -> Claim:

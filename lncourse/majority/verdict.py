@@ -226,12 +226,24 @@ def claims(paper: dict, grids: dict[int, dict], three_d: dict,
     ln_angle = np.mean([float(query_angles(effective_queries(
         torch.tensor(W_E[m]), torch.tensor(W_in[m]), "layernorm")).mean())
         for m, x in enumerate(three_d["variant"]) if x == "layernorm"])
+    # paired by model seed (every variant of a seed starts from the same weights)
+    seeds = {v: [three_d["seed"][m] for m, x in enumerate(three_d["variant"]) if x == v]
+             for v in ("layernorm", "no_projection")}
+    if seeds["layernorm"] != seeds["no_projection"]:
+        raise ValueError(f"the 3-d run's variants have different seeds: {seeds}")
+    d3 = ST.paired_interval(by["layernorm"] - by["no_projection"])
     out.append(Claim("three_d",
                      f"In three dimensions (Figure 1a/1b) LayerNorm's queries gather near 1 "
                      f"(mean angle {ln_angle:.0f}°), and the projection costs accuracy: "
                      f"{by['layernorm'].mean():.2f} against {by['no_projection'].mean():.2f} "
-                     f"without it, the keys having a circle instead of a sphere.",
-                     ln_angle < 15 and by["layernorm"].max() < by["no_projection"].min()))
+                     f"without it, a paired difference of {d3[0]:+.3f} [{d3[1]:+.3f}, "
+                     f"{d3[2]:+.3f}] over {len(by['layernorm'])} seeds (95% t interval), "
+                     f"the keys having a circle instead of a sphere.",
+                     ln_angle < 15 and by["layernorm"].max() < by["no_projection"].min()
+                     and d3[2] < 0,
+                     {"layernorm": float(by["layernorm"].mean()),
+                      "no_projection": float(by["no_projection"].mean()),
+                      "difference": d3, "mean_angle_layernorm": float(ln_angle)}))
     return out
 
 
