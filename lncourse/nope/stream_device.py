@@ -47,7 +47,8 @@ import torch
 from lncourse.nope.stream import order, save_atomic
 from lncourse.nope.stream_fast import FastConfig, OutOfTime, train_fast
 
-__all__ = ["PHASES", "CODE", "blob_id", "pack", "forward_check", "run", "main"]
+__all__ = ["PHASES", "CODE", "blob_id", "pack", "forward_check", "profile_updates", "run",
+           "main"]
 
 PHASES = {
     "stored": lambda: FastConfig(train_eval=1600, train_keep=40),
@@ -174,10 +175,33 @@ def forward_check(device, n_seqs: int = 2) -> dict:
             "bfloat16_rel_rms": [round(v, 6) for v in rel.tolist()]}
 
 
+def profile_updates(device, phase: str = "paper", updates: int = 8, top: int = 15) -> dict:
+    """The busiest operations of a short run of ``phase``'s protocol (``updates`` batches,
+    one held-out batch) under torch.profiler: (name, calls, self milliseconds) by
+    self time on ``device``; where the next speed-up would come from."""
+    from torch.profiler import ProfilerActivity, profile
+
+    base = PHASES[phase]()
+    B = base.seqs_per_batch
+    cfg = dataclasses.replace(base, train_seqs=B * updates, updates=updates, eval_seqs=B,
+                              checkpoint_every=updates, train_eval=0, train_keep=0)
+    device = torch.device(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    t0 = time.perf_counter()
+    with profile(activities=acts) as prof:
+        r = train_fast(cfg, 0, True, device)
+    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    rows = sorted(prof.key_averages(), key=lambda e: getattr(e, attr, 0), reverse=True)
+    return {"phase": phase, "updates": updates, "wall_s": time.perf_counter() - t0,
+            "train_seconds": r["train_seconds"], "by": attr,
+            "ops": [[e.key, e.count, round(getattr(e, attr, 0) / 1e3, 2)]
+                    for e in rows[:top]]}
+
+
 def run(phases: list[str], out: Path, ck: Path, device: str = "cpu",
         budget_s: float = float("inf"), models: list[str] | None = None,
         overrides: dict | None = None, reserve_s: float = 20.0, argv=None,
-        have: Path | None = None) -> dict:
+        have: Path | None = None, probe_tf32: bool = False, profile: bool = False) -> dict:
     """Run ``phases`` model by model until done or ``budget_s`` (minus ``reserve_s`` for
     a model's measurement and the writing) has passed; returns the record written.
     ``have``: an imported record (``results/nope/stream_gpu.json``) whose models, where
@@ -215,6 +239,9 @@ def run(phases: list[str], out: Path, ck: Path, device: str = "cpu",
     if device.type == "cuda":
         record["provenance"]["forward_check"] = forward_check(device)
         print("forward check:", record["provenance"]["forward_check"], flush=True)
+    if profile:
+        record["provenance"]["profile"] = profile_updates(device, phases[-1])
+        print("profile:", record["provenance"]["profile"], flush=True)
     for ph, cfg in cfgs.items():
         last = max([m["train_seconds"] for m in done[ph]], default=None)
         for kind, seed in order(cfg):
@@ -239,7 +266,8 @@ def run(phases: list[str], out: Path, ck: Path, device: str = "cpu",
                       f"{s['batch'] * B / max(s['seconds'], 1e-9):.0f} sequences/s "
                       "(with the checkpoints)", flush=True)
             try:
-                r = train_fast(cfg, seed, kind == "causal", device, state, keep, end)
+                r = train_fast(cfg, seed, kind == "causal", device, state, keep, end,
+                               probe_tf32)
             except OutOfTime as e:
                 record["provenance"]["stopped"] = f"budget: {ph} {name} {e}"
                 return _finish(record, out, done, t_start)
@@ -279,6 +307,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--train-eval", type=int, default=None,
                    help="training sequences read again (stored phase; default 1,600)")
     p.add_argument("--train-keep", type=int, default=None)
+    p.add_argument("--probe-tf32", action="store_true",
+                   help="the probes' float32 products in training in TF32 (a GPU's)")
+    p.add_argument("--profile", action="store_true",
+                   help="first profile a few updates of the last phase")
     p.add_argument("--have", type=Path, default=None,
                    help="an imported record whose models are not run again")
     a = p.parse_args(argv)
@@ -289,7 +321,8 @@ def main(argv: list[str] | None = None) -> dict:
     over = {k: v for k, v in (("train_eval", a.train_eval), ("train_keep", a.train_keep))
             if v is not None}
     return run(phases, a.out, a.ck, a.device, a.budget_s,
-               a.models.split(",") if a.models else None, over, argv=argv, have=a.have)
+               a.models.split(",") if a.models else None, over, argv=argv, have=a.have,
+               probe_tf32=a.probe_tf32, profile=a.profile)
 
 
 if __name__ == "__main__":

@@ -210,12 +210,16 @@ def sequence_errors(pred: Tensor, seq_len: int) -> np.ndarray:
 
 
 def train_fast(cfg: FastConfig, seed: int, causal: bool, device="cpu", state=None,
-               on_checkpoint=None, deadline: float = math.inf) -> dict:
+               on_checkpoint=None, deadline: float = math.inf,
+               probe_tf32: bool = False) -> dict:
     """Train both probes of one frozen model on ``device``; measure them.
 
     ``state`` (given to ``on_checkpoint`` every ``cfg.checkpoint_every`` batches, and
     before :class:`OutOfTime` is raised when ``time.perf_counter()`` passes ``deadline``
-    at a batch's start) resumes the model exactly. Returns, per probe, ``pred_<probe>``
+    at a batch's start) resumes the model exactly. ``probe_tf32`` lets the probes'
+    float32 products in training round their inputs to TF32 on a GPU (10 significant
+    bits; the frozen model runs in ``cfg.dtype`` either way, and every measurement after
+    training in full float32); the result records it. Returns, per probe, ``pred_<probe>``
     (K + 1, eval_seqs * T) int16 from float32 held-out features, ``mae_<probe>`` and
     ``mae_<probe>_<dtype>`` (held-out features in the training precision); with
     ``train_eval``, ``mae_<probe>_train`` (training sequences, training precision) and
@@ -248,33 +252,38 @@ def train_fast(cfg: FastConfig, seed: int, causal: bool, device="cpu", state=Non
                               "seconds": seconds + time.perf_counter() - t0})
 
     t0 = time.perf_counter()
-    for j in range(start, cfg.n_batches):
-        if time.perf_counter() > deadline:
-            if on_checkpoint is not None:
-                on_checkpoint(snapshot(j))
-            raise OutOfTime(f"stopped at batch {j} of {cfg.n_batches}")
-        h = frozen.features(_batch(cfg, seed, j, device))
-        n = cfg.updates_in(j)
-        if cfg.every_position:
-            draws = [None] * n
-        else:
-            gen = torch.Generator().manual_seed(_stream_seed(seed, j, 6))
-            draws = torch.randint(B * T, (n, cfg.update_positions), generator=gen)
-            draws = list(draws.to(device)) if n else []
-        for idx in draws:
-            hh, pos = (h, pos_all) if idx is None else (h[:, idx], pos_all[idx])
-            ce, l1 = _losses(cls, reg, hh, pos, T)
-            opt.zero_grad(set_to_none=True)
-            (ce.sum() + l1.sum()).backward()
-            opt.step()
-            if len(first) < 3:
-                first.append([ce.tolist(), l1.tolist()])
-        if on_checkpoint is not None and (j + 1) % cfg.checkpoint_every == 0 \
-                and j + 1 < cfg.n_batches:
-            on_checkpoint(snapshot(j + 1))
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = probe_tf32    # the probes' float32 products
+    try:
+        for j in range(start, cfg.n_batches):
+            if time.perf_counter() > deadline:
+                if on_checkpoint is not None:
+                    on_checkpoint(snapshot(j))
+                raise OutOfTime(f"stopped at batch {j} of {cfg.n_batches}")
+            h = frozen.features(_batch(cfg, seed, j, device))
+            n = cfg.updates_in(j)
+            if cfg.every_position:
+                draws = [None] * n
+            else:
+                gen = torch.Generator().manual_seed(_stream_seed(seed, j, 6))
+                draws = torch.randint(B * T, (n, cfg.update_positions), generator=gen)
+                draws = list(draws.to(device)) if n else []
+            for idx in draws:
+                hh, pos = (h, pos_all) if idx is None else (h[:, idx], pos_all[idx])
+                ce, l1 = _losses(cls, reg, hh, pos, T)
+                opt.zero_grad(set_to_none=True)
+                (ce.sum() + l1.sum()).backward()
+                opt.step()
+                if len(first) < 3:
+                    first.append([ce.tolist(), l1.tolist()])
+            if on_checkpoint is not None and (j + 1) % cfg.checkpoint_every == 0 \
+                    and j + 1 < cfg.n_batches:
+                on_checkpoint(snapshot(j + 1))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     sync()
     train_seconds = seconds + time.perf_counter() - t0
-    out = {"first_losses": first, "train_seconds": train_seconds,
+    out = {"first_losses": first, "train_seconds": train_seconds, "probe_tf32": probe_tf32,
            "seqs_per_s": cfg.train_seqs / train_seconds}
     held = range(cfg.held_out_start, cfg.held_out_start + cfg.eval_seqs)
     f32 = FrozenNoPE(model, torch.float32)

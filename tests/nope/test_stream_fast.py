@@ -204,3 +204,36 @@ def test_training_sequences_read_again_show_memorised_positions():
     assert (train < 0.6 * held).all(), (train, held)
     assert np.allclose(r["seqerr_classifier_train"].mean(1), train, atol=1e-5)
     assert np.allclose(r["seqerr_classifier_held"].mean(1), held, atol=1e-5)
+
+
+def test_profile_and_tf32_are_recorded(tmp_path):
+    """--profile records the busiest operations of a short run; --probe-tf32 is recorded
+    per model (on a CPU it changes nothing: the same predictions)."""
+    rec = dev.run(["tiny_paper"], tmp_path / "o", tmp_path / "ck", models=["causal:0"],
+                  probe_tf32=True, profile=True)
+    prof = rec["provenance"]["profile"]
+    assert prof["phase"] == "tiny_paper" and len(prof["ops"]) > 3
+    assert all(ms >= 0 for _, _, ms in prof["ops"])
+    m = rec["phases"]["tiny_paper"]["models"][0]
+    assert m["probe_tf32"] is True
+    plain = fast.train_fast(dev.PHASES["tiny_paper"](), 0, True)
+    got = np.load(tmp_path / "o" / rec["predictions"]["tiny_paper__causal_0__pred_classifier"])
+    assert np.array_equal(got["tiny_paper__causal_0__pred_classifier"],
+                          plain["pred_classifier"].numpy())
+
+
+def test_tf32_is_on_in_training_only(monkeypatch):
+    """The flag is set while the probes train and restored before the float32 held-out
+    measurement (a CPU build ignores the real flag, so a stand-in records it)."""
+    import types
+
+    flag = types.SimpleNamespace(allow_tf32=False)
+    monkeypatch.setattr(fast.torch.backends.cuda, "matmul", flag)
+    seen, losses, predict = [], fast._losses, fast.predict
+    monkeypatch.setattr(fast, "_losses", lambda *a: seen.append(("train", flag.allow_tf32))
+                        or losses(*a))
+    monkeypatch.setattr(fast, "predict", lambda *a: seen.append(("eval", flag.allow_tf32))
+                        or predict(*a))
+    fast.train_fast(dev.PHASES["tiny_paper"](), 0, True, probe_tf32=True)
+    assert {v for k, v in seen if k == "train"} == {True}
+    assert {v for k, v in seen if k == "eval"} == {False} and flag.allow_tf32 is False
