@@ -68,8 +68,10 @@ def claims(stored: dict | None, label: str = "the GPU") -> list[Claim]:
     if "paper" in R and R["paper"]["seqs_per_s"]:
         s = R["paper"]["seqs_per_s"]
         out.append(Claim(
-            "stream_gpu_throughput", f"At the paper's budget the probes trained at "
-            f"{min(s):,.0f}–{max(s):,.0f} sequences per second on {dev} ({len(s)} models), "
+            "stream_gpu_throughput", "At the paper's budget the probes trained at "
+            + (f"{s[0]:,.0f} sequences per second on {dev} (1 model), " if len(s) == 1 else
+               f"{min(s):,.0f}–{max(s):,.0f} sequences per second on {dev} ({len(s)} "
+               "models), ") +
             f"against the {MIN_SEQS_PER_S:,} asked for.", min(s) >= MIN_SEQS_PER_S,
             {"min": min(s), "max": max(s)}))
     if "stored" in R and _n(stored, "stored"):
@@ -83,9 +85,18 @@ def claims(stored: dict | None, label: str = "the GPU") -> list[Claim]:
                                  f"{probe}: {c.text}", c.holds))
         out += _against_stored(R["paper"])
     elif "paper" in R:
-        out.append(Claim("paper_budget_incomplete", f"At the paper's budget {_n(stored, 'paper')}"
-                         f" causal model(s) have finished: too few to compare with Figure 2 "
-                         "(INCOMPLETE).", None))
+        P, n = R["paper"], _n(stored, "paper")
+        each = ""
+        if n:
+            each = ": averaged over depths 1–%d, its errors are " % K + " and ".join(
+                f"{P[p]['mean_1_to_K_each'][0]:.1f} ({p}"
+                + (f", {P[p]['minus_stored_1_to_K']['each'][0]:+.1f} against the stored "
+                   "run's same model" if P[p].get("minus_stored_1_to_K", {}).get("each")
+                   else "") + ")" for p in PROBES)
+        out.append(Claim("paper_budget_incomplete", f"At the paper's budget {n} causal "
+                         f"model(s) have finished{each}; too few to compare with Figure 2 "
+                         "(INCOMPLETE).", None,
+                         {p: P[p]["mean_1_to_K_each"] for p in PROBES if n}))
     return out
 
 
