@@ -21,7 +21,14 @@ recalibrated error (from the stored readings, which a test recomputes from the
 predictions) with their intervals, and the
 sentences on them (:func:`stream_report.claims`); the trained model's loss
 curve, its per-layer slopes and uniformities before and after training (recomputed from
-its stored curves) and the sentences on them (:func:`verdict.trained_claims`). The ledger
+its stored curves) and the sentences on them (:func:`verdict.trained_claims`); from
+``nope/stream_gpu.json`` (the probe on a lent GPU) the sentences of
+:func:`stream_gpu.claims` and the paper-budget readings the replication page glues, and
+the exploratory depth trend (:func:`stream_report.trend_claim`); from
+``nope/trained_lm_stall.json`` and ``nope/trained_recipe_cpu.json`` (the stalled run and
+the recipe that learns, with a learned-position control) the losses beside their
+references, the gains at late positions, the per-layer slopes and the sentences
+(:func:`retrained.report`, :func:`retrained.claims`). The ledger
 ``results/nope/reported.json`` holds them, written by::
 
     python -m lncourse.nope.ledger
@@ -39,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.claims import ledger_main
-from lncourse.nope import probe, stream_report, verdict
+from lncourse.nope import probe, retrained, stream_gpu, stream_report, verdict
 from lncourse.results import RESULTS_DIR, describe, load_result
 from lncourse.summary import paired_interval
 
@@ -47,7 +54,9 @@ __all__ = ["SOURCES", "load_runs", "reported", "main"]
 
 SOURCES = {"probe": "nope/probe_paper", "ablation": "nope/ablation_cpu",
            "features": "nope/features_benchmark", "decode": "nope/decode_cpu",
-           "trained": "nope/trained_lm", "stream": "nope/stream_paper"}
+           "trained": "nope/trained_lm", "stream": "nope/stream_paper",
+           "gpu": "nope/stream_gpu", "stall": "nope/trained_lm_stall",
+           "recipe": "nope/trained_recipe_cpu"}
 LEDGER = "nope/reported"
 
 
@@ -137,14 +146,40 @@ def _stream(stored: dict, reads: dict, ablation: dict) -> dict:
             "claims": {c.key: c for c in stream_report.claims(stored, reads, ablation)}}
 
 
+def _device_runs(gpu: dict, stream: dict, reads: dict) -> dict:
+    """The probe on a lent GPU (its sentences and the paper-budget readings) and the
+    exploratory depth trend of the recalibrated read-out."""
+    paper = gpu["readings"]["phases"]["paper"]
+    return {"describe": describe(gpu), "baseline_middle": gpu["readings"]["baseline_middle"],
+            "claims": {c.key: c for c in stream_gpu.claims(gpu)},
+            "paper": {"causal_models": paper["causal_models"],
+                      "seqs_per_s": paper["seqs_per_s"],
+                      **{p: {k: paper[p][k] for k in ("mean_1_to_K_each", "corr_1_to_K",
+                                                       "minus_stored_1_to_K")}
+                         for p in ("classifier", "regression")}},
+            "trend": {p: stream_report.trend_claim(stream, reads, p)
+                      for p in ("classifier", "regression")}}
+
+
+def _retrained(stall: dict, recipe: dict) -> dict:
+    """The stalled run's losses beside its references and its late-position gain; the
+    recipe's report and sentences."""
+    return {"stall": {k: stall[k] for k in ("references", "history", "late")},
+            "recipe": {"describe": describe(recipe), "report": retrained.report(recipe),
+                       "claims": retrained.claims(recipe)}}
+
+
 def reported(probe: dict, ablation: dict, features: dict, decode: dict,
-             trained: dict, stream: dict, stream_readings: dict) -> dict:
+             trained: dict, stream: dict, stream_readings: dict, gpu: dict,
+             stall: dict, recipe: dict) -> dict:
     """Every number chapter 4 reports from these stored files (see the module's
     docstring)."""
     return {"probe_paper": _probe(probe), "ablation_cpu": _ablation(ablation),
             "page_claims": _page(probe, ablation), "trained_lm": _trained(trained),
             "decode_cpu": _decode(decode),
             "stream_paper": _stream(stream, stream_readings, ablation),
+            "stream_gpu": _device_runs(gpu, stream, stream_readings),
+            "trained_recipe": _retrained(stall, recipe),
             "features_benchmark": {
                 "describe": describe(features),
                 "speedup_per_cpu_hour": features["speedup_per_cpu_hour"],

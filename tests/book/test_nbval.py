@@ -111,7 +111,8 @@ def test_a_deterministic_cell_that_prints_other_numbers_fails(tmp_path):
 # Their trainers and stored results are still replayed by the unit tests, and the site
 # build executes them.
 SLOW = {"02_unselectable_keys", "03_majority", "04_nope",
-        "02_unselectable_keys_replication"}   # it trains the build's pair again
+        "02_unselectable_keys_replication",   # it trains the build's pair again
+        "04_nope_replication"}   # it trains the build's probes
 
 
 @pytest.mark.notebooks

@@ -56,6 +56,12 @@ def _edit(runs, what):
         runs["stream"]["results"]["causal"][1]["mae_classifier"][6] += 0.5
     elif what == "an all-positions reading":        # seed 0's regression, depth 12
         runs["stream_readings"]["causal"]["regression"]["corr"][0][12] += 0.01
+    elif what == "a paper-budget error":            # causal 0's classifier, depths 1-12
+        runs["gpu"]["readings"]["phases"]["paper"]["classifier"]["mean_1_to_K_each"][0] -= 0.5
+    elif what == "a recipe test loss":              # the NoPE model's final test loss
+        runs["recipe"]["models"]["NoPE"][0]["test_loss"] -= 0.01
+    elif what == "a stalled loss":                  # the stalled run at step 3,000
+        runs["stall"]["history"]["test_loss"][-1] += 0.01
     return runs
 
 
@@ -63,7 +69,9 @@ def _edit(runs, what):
                                   "ablation cell", "ablation baseline", "speed-up",
                                   "bfloat16 error", "a trained curve", "a uniformity",
                                   "the final test loss", "a decoded error",
-                                  "an all-positions error", "an all-positions reading"])
+                                  "an all-positions error", "an all-positions reading",
+                                  "a paper-budget error", "a recipe test loss",
+                                  "a stalled loss"])
 def test_an_edited_stored_number_fails_the_ledger(runs, what):
     assert C.compare(L.reported(**_edit(runs, what)), C.load_ledger(LEDGER)), what
 
