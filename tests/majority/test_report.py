@@ -196,3 +196,48 @@ def test_data_seed_claim_pending_then_computed_and_can_fail(runs):
     acc[1:, cols] = np.clip(acc[1:, cols] + 0.3, 0, 1)
     flipped["test_acc"] = acc.tolist()
     assert data_seed_claim(paper, {1: paper, 2: flipped}).holds is False
+
+
+def test_distance_from_the_paper_counts_the_papers_own_error(runs):
+    """Issue 35, item 11: the difference from the paper's step-1,000 figure has the error of
+    two 10-seed means and of reading the plot, not our mean's alone; its interval holds
+    zero when the paper's figure is moved to our mean."""
+    from lncourse.majority import claims as MC, stats as ST
+
+    claim = MC.paper_distance_claim(runs["paper"])
+    assert claim.holds is True
+    for v, x in claim.values.items():
+        assert x["se_diff"] == pytest.approx(np.sqrt(2 * x["se"] ** 2 + 0.005 ** 2 / 3), rel=1e-12)
+        assert x["z_diff"] < x["z"] / np.sqrt(2) + 1e-12
+        low, high = x["diff_ci"][1:]
+        assert low > 0 and high > low
+    paper = copy.deepcopy(ST.PAPER)
+    moved = {v: claim.values[v]["ours"] for v in claim.values}
+    try:
+        for v, ours in moved.items():
+            ST.PAPER["test_acc"][v][1000] = ours - 0.01
+        assert MC.paper_distance_claim(runs["paper"]).holds is False
+    finally:
+        ST.PAPER.clear()
+        ST.PAPER.update(paper)
+
+
+def test_three_d_gap_has_a_paired_interval_and_fails_on_contrary_runs(runs, monkeypatch):
+    """The 3-d claim (LayerNorm below the paper's no-projection) rests on a paired t
+    interval over the 5 seeds; lift LayerNorm's final accuracies above the other's and it
+    stops holding."""
+    from lncourse.majority import verdict as V
+
+    monkeypatch.setattr(V, "_uniformity_claim",
+                        lambda paper, stats=None: V.Claim("uniformity", "", True))
+    three_d = copy.deepcopy(runs["three_d"])
+    claim = next(c for c in V.claims(runs["paper"], runs["grids"], three_d)
+                 if c.key == "three_d")
+    mean, low, high = claim.values["difference"]
+    assert claim.holds is True and low < mean < high < 0
+    acc = np.asarray(three_d["test_acc"])
+    cols = [m for m, v in enumerate(three_d["variant"]) if v == "layernorm"]
+    acc[-1, cols] += 0.25
+    three_d["test_acc"] = acc.tolist()
+    after = next(c for c in V.claims(runs["paper"], runs["grids"], three_d) if c.key == "three_d")
+    assert after.holds is False and after.values["difference"][0] > 0
