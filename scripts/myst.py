@@ -237,16 +237,23 @@ def read_book(root: Path = ROOT, sources: list[Path] | None = None,
                 fallback=None if os.environ.get(INSTALL_SOURCE_ENV, "").strip()
                 else fallback_source(root),
                 executed=Path(executed) if executed else root / "_build" / EXECUTED)
+    figures: dict[int, int] = {}   # chapter -> figures numbered so far
+    exercises: dict[int, int] = {}
     for source in sources or chapter_sources(root):
         n = int(source.name[:2])
         nb = jupytext.read(source)
         text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
         for label, heading in re.findall(r"^\(([\w:.-]+)\)=\n#+ (.+)$", text, re.M):
             book.titles[label] = heading.strip()
-        for k, exercise in enumerate(chapter_exercises(source).exercises, 1):
-            book.numbers[exercise.label] = f"Exercise {n}.{k}"
-        for k, name in enumerate(_figure_names(nb), 1):
-            book.numbers[name] = f"Figure {n}.{k}"
+        # A chapter's replication page sits under its lesson in _toc.yml, so the site
+        # numbers its figures (and any exercise) on from the lesson's: Figure 2.4 follows
+        # Figure 2.3 (sources sort lesson first: "02_x.md" < "02_x_replication.md").
+        for exercise in chapter_exercises(source).exercises:
+            exercises[n] = exercises.get(n, 0) + 1
+            book.numbers[exercise.label] = f"Exercise {n}.{exercises[n]}"
+        for name in _figure_names(nb):
+            figures[n] = figures.get(n, 0) + 1
+            book.numbers[name] = f"Figure {n}.{figures[n]}"
     return book
 
 
