@@ -11,9 +11,11 @@ does a call that runs past a time limit.
 
 from lncourse.checks._core import assert_signature, run_check  # noqa: F401
 from lncourse.checks.layernorm import (  # noqa: F401
-    check_centering_matrix, check_fold_into_linear, check_layer_norm_backward,
-    check_layer_norm_fgh, check_layer_norm_jacobian, check_layer_norm_on_plane,
-    check_rms_norm_gain,
+    check_centering_matrix, check_fold_into_linear, check_layer_norm_fgh,
+    check_layer_norm_on_plane, check_rms_norm_gain,
+)
+from lncourse.checks.layernorm_grad import (  # noqa: F401
+    check_layer_norm_backward, check_layer_norm_jacobian,
 )
 from lncourse.checks.majority import (  # noqa: F401
     check_attend_counts, check_has_clear_majority, check_norm_without_projection,

@@ -8,9 +8,9 @@ import pytest
 from answers import RIGHT, WRONG
 from conftest import assert_check_passes, raised_message
 from lncourse import checks
-from lncourse.checks import layernorm, majority, nope, norms, selectability
+from lncourse.checks import layernorm, layernorm_grad, majority, nope, norms, selectability
 
-MODULES = [layernorm, selectability, majority, nope, norms]
+MODULES = [layernorm, layernorm_grad, selectability, majority, nope, norms]
 FUNCTIONS = [f for module in MODULES for f in module.MISTAKES]
 
 

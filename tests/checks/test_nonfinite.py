@@ -9,9 +9,10 @@ import torch
 
 from answers import RIGHT
 from lncourse import checks
-from lncourse.checks import layernorm, majority, nope, selectability
+from lncourse.checks import layernorm, layernorm_grad, majority, nope, selectability
 
-FUNCTIONS = [f for m in (layernorm, selectability, majority, nope) for f in m.MISTAKES]
+FUNCTIONS = [f for m in (layernorm, layernorm_grad, selectability, majority, nope)
+             for f in m.MISTAKES]
 
 
 def spoil(value, bad):

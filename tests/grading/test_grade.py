@@ -162,8 +162,8 @@ def tampered(solution):
         "stream", name="stdout", text="check_layer_norm_jacobian passed: matches the reference\n")]
     patch = nbformat.v4.new_code_cell(
         "checks.check_layer_norm_jacobian = lambda fn: print('check_layer_norm_jacobian passed')\n"
-        "import lncourse.checks.layernorm\n"
-        "lncourse.checks.layernorm.check_layer_norm_jacobian = checks.check_layer_norm_jacobian")
+        "import lncourse.checks.layernorm_grad\n"
+        "lncourse.checks.layernorm_grad.check_layer_norm_jacobian = checks.check_layer_norm_jacobian")
     nb.cells.insert(nb.cells.index(cell), patch)
     nb = with_function(nb, "ex-rms-norm", SMUGGLED)
     return with_function(nb, "ex-layer-norm-fgh", TAMPERING_IN_THE_FUNCTION)
