@@ -1016,6 +1016,110 @@ def query_angle_first_axis(queries):
     return torch.rad2deg(torch.acos((queries[..., 0].abs() / queries.norm(dim=-1)).clamp(max=1.0)))
 
 
+# the projection's main effect (chapter 3, from the stored runs)
+def _design(cells):
+    return [np.asarray(cells[k], dtype=float) for k in
+            ("layernorm", "no_projection", "layernorm_released_scale", "no_projection_released")]
+
+
+@right("projection_main_effect")
+def projection_main_effect(cells, level=0.95):
+    from scipy import stats
+    a, b, c, e = _design(cells)
+    d = ((a - b) + (c - e)) / 2
+    half = stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+    return float(d.mean()), float(d.mean() - half), float(d.mean() + half)
+
+
+@right("projection_main_effect")
+def projection_main_effect_scipy_interval(cells, level=0.95):
+    from scipy import stats
+    a, b, c, e = _design(cells)
+    d = (a + c - b - e) / 2
+    lo, hi = stats.t.interval(level, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+    return d.mean(), lo, hi
+
+
+@right("projection_main_effect")
+def projection_main_effect_torch(cells, level=0.95):
+    from scipy import stats
+    t = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in cells.items()}
+    d = 0.5 * (t["layernorm"] - t["no_projection"]) + 0.5 * (
+        t["layernorm_released_scale"] - t["no_projection_released"])
+    q = stats.t.ppf(1 - (1 - level) / 2, d.numel() - 1)
+    se = d.std() / d.numel() ** 0.5                 # torch's std divides by n - 1
+    return d.mean().item(), (d.mean() - q * se).item(), (d.mean() + q * se).item()
+
+
+@wrong("projection_main_effect", "pair by seed")
+def projection_main_effect_unpaired(cells, level=0.95):
+    from scipy import stats
+    a, b, c, e = _design(cells)
+    n = len(a)
+    m = ((a - b) + (c - e)).mean() / 2
+    se = math.sqrt((a.var(ddof=1) + b.var(ddof=1) + c.var(ddof=1) + e.var(ddof=1)) / 4 / n)
+    q = stats.t.ppf(0.5 + level / 2, n - 1)
+    return m, m - q * se, m + q * se
+
+
+@wrong("projection_main_effect", "1.96")
+def projection_main_effect_normal(cells, level=0.95):
+    a, b, c, e = _design(cells)
+    d = ((a - b) + (c - e)) / 2
+    half = 1.96 * d.std(ddof=1) / math.sqrt(len(d))
+    return d.mean(), d.mean() - half, d.mean() + half
+
+
+@wrong("projection_main_effect", "ddof=1")
+def projection_main_effect_ddof0(cells, level=0.95):
+    from scipy import stats
+    a, b, c, e = _design(cells)
+    d = ((a - b) + (c - e)) / 2
+    half = stats.t.ppf(0.5 + level / 2, len(d) - 1) * d.std() / math.sqrt(len(d))
+    return d.mean(), d.mean() - half, d.mean() + half
+
+
+@wrong("projection_main_effect", "sign reversed")
+def projection_main_effect_reversed(cells, level=0.95):
+    m, lo, hi = projection_main_effect(cells, level)
+    return -m, -hi, -lo
+
+
+@wrong("projection_main_effect", "not their sum")
+def projection_main_effect_sum(cells, level=0.95):
+    m, lo, hi = projection_main_effect(cells, level)
+    return 2 * m, 2 * lo, 2 * hi
+
+
+@wrong("projection_main_effect", "paper's scale only")
+def projection_main_effect_one_scale(cells, level=0.95):
+    c = dict(cells)
+    c["layernorm_released_scale"], c["no_projection_released"] = c["layernorm"], c["no_projection"]
+    return projection_main_effect(c, level)
+
+
+@wrong("projection_main_effect", "scale's main effect")
+def projection_main_effect_of_scale(cells, level=0.95):
+    c = {"layernorm": cells["layernorm"], "no_projection": cells["layernorm_released_scale"],
+         "layernorm_released_scale": cells["no_projection"],
+         "no_projection_released": cells["no_projection_released"]}
+    return projection_main_effect(c, level)
+
+
+@wrong("projection_main_effect", "not n ")
+def projection_main_effect_df_n(cells, level=0.95):
+    from scipy import stats
+    a, b, c, e = _design(cells)
+    d = ((a - b) + (c - e)) / 2
+    half = stats.t.ppf(0.5 + level / 2, len(d)) * d.std(ddof=1) / math.sqrt(len(d))
+    return d.mean(), d.mean() - half, d.mean() + half
+
+
+@wrong("projection_main_effect", "argument `level`")
+def projection_main_effect_fixed_level(cells, level=0.95):
+    return projection_main_effect(cells)
+
+
 # ================================================================ chapter 4
 # The reference solutions, written apart from the checks' own references.
 @right("running_mean")
@@ -1051,6 +1155,25 @@ def masked_attention(scores, causal):
 @right("effective_tokens")
 def effective_tokens(weights):
     return 1.0 / weights.pow(2).sum(dim=-1)
+
+
+@right("posterior_median")
+def posterior_median(post):
+    return (post.cumsum(dim=-1) < 0.5).sum(dim=-1) + 1
+
+
+@right("posterior_median")
+def posterior_median_searchsorted(post):
+    cdf = post.cumsum(-1)
+    half = torch.full((*cdf.shape[:-1], 1), 0.5, dtype=cdf.dtype)
+    return torch.searchsorted(cdf.contiguous(), half, right=False)[..., 0] + 1
+
+
+@right("posterior_median")
+def posterior_median_numpy(post):
+    import numpy as np
+    cdf = np.cumsum(post.numpy(), axis=-1)
+    return torch.from_numpy(np.argmax(cdf >= 0.5, axis=-1) + 1)
 
 
 # Other right answers, and wrong ones.
@@ -1206,6 +1329,31 @@ def effective_count(weights):
 @wrong("effective_tokens", "non-zero")
 def effective_count_int(weights):
     return (weights > 0).sum(-1)
+
+
+@wrong("posterior_median", "argmax")
+def median_argmax(post):
+    return post.argmax(-1) + 1
+
+
+@wrong("posterior_median", "count from 1")
+def median_zero_based(post):
+    return (post.cumsum(-1) < 0.5).sum(-1)
+
+
+@wrong("posterior_median", "mean")
+def median_mean(post):
+    return (post * torch.arange(1, post.shape[-1] + 1, dtype=post.dtype)).sum(-1)
+
+
+@wrong("posterior_median", "wrong axis")
+def median_first_axis(post):
+    return (post.cumsum(0) < 0.5).sum(-1) + 1
+
+
+@wrong("posterior_median", "exactly 1/2")
+def median_strict(post):
+    return (post.cumsum(-1) <= 0.5).sum(-1) + 1
 
 
 @wrong("effective_tokens", "square the weights")

@@ -19,7 +19,7 @@ from lncourse.checks.layernorm_grad import (  # noqa: F401
 )
 from lncourse.checks.majority import (  # noqa: F401
     check_attend_counts, check_has_clear_majority, check_norm_without_projection,
-    check_query_angle, check_uniform_query_weights,
+    check_projection_main_effect, check_query_angle, check_uniform_query_weights,
 )
 from lncourse.checks.selectability import (  # noqa: F401
     check_braid_reflect, check_causal_unselectable, check_ellipsoid_query,
@@ -27,7 +27,7 @@ from lncourse.checks.selectability import (  # noqa: F401
 )
 from lncourse.checks.nope import (  # noqa: F401
     check_effective_tokens, check_fit_loglog_slope, check_masked_attention, check_running_mean,
-    check_sample_covariance,
+    check_posterior_median, check_sample_covariance,
 )
 from lncourse.checks.norms import (  # noqa: F401
     check_bigram_loss, check_chance_abs_cos, check_dyt, check_fraction_along_ones,

@@ -11,7 +11,8 @@ from lncourse.nope.variance import loglog_slope
 from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_running_mean", "check_sample_covariance", "check_fit_loglog_slope",
-           "check_masked_attention", "check_effective_tokens"]
+           "check_masked_attention", "check_effective_tokens",
+           "check_posterior_median"]
 
 
 # --- running mean: what uniform causal attention computes ---------------------------------
@@ -199,6 +200,50 @@ def check_effective_tokens(fn: Callable[[Tensor], Tensor], *, hidden: bool = Fal
               mistakes=_EFFECTIVE_MISTAKES)
 
 
+# --- reading a probe's posterior by its median ------------------------------------
+def _posterior_median(post: Tensor) -> Tensor:
+    return (post.cumsum(-1) < 0.5).sum(-1) + 1
+
+
+def _pos(post: Tensor) -> Tensor:
+    return torch.arange(1, post.shape[-1] + 1, dtype=post.dtype)
+
+
+_MEDIAN_MISTAKES = [
+    ("you returned the argmax, the most likely position; the median is the first "
+     "position where the cumulative probability reaches 1/2",
+     lambda p: p.argmax(-1) + 1),
+    ("off by one: positions count from 1, so the first position is 1, not 0",
+     lambda p: (p.cumsum(-1) < 0.5).sum(-1)),
+    ("you returned the posterior's mean; the absolute error is smallest at its median",
+     lambda p: (p * _pos(p)).sum(-1)),
+    ("where the cumulative probability is exactly 1/2, that position is the median: "
+     "look for the first position with cumulative probability >= 1/2, not > 1/2",
+     lambda p: (p.cumsum(-1) <= 0.5).sum(-1) + 1),
+    ("you accumulated over the wrong axis: the positions are the last axis",
+     lambda p: (p.cumsum(0) < 0.5).sum(-1) + 1),
+]
+
+
+def check_posterior_median(fn: Callable[[Tensor], Tensor], *,
+                           hidden: bool = False) -> None:
+    """posterior_median(post): (..., L) probabilities -> (...) the 1-based median."""
+    g = generator(5)
+    rows = torch.rand(4, 9, generator=g, dtype=torch.float64) ** 4
+    peaked = torch.tensor([[0.1, 0.1, 0.1, 0.6, 0.1], [0.05, 0.05, 0.1, 0.1, 0.7]],
+                          dtype=torch.float64)
+    cases = [case(rows / rows.sum(-1, keepdim=True)), case(peaked),
+             case(torch.full((3, 8), 1 / 8, dtype=torch.float64))]
+    if hidden:
+        tie = torch.tensor([[0.25, 0.25, 0.5], [0.5, 0.25, 0.25]], dtype=torch.float64)
+        deep = torch.rand(2, 3, 64, generator=g, dtype=torch.float64) ** 8
+        cases += [case(tie), case(deep / deep.sum(-1, keepdim=True)),
+                  case(torch.eye(6, dtype=torch.float64)),
+                  case(torch.tensor([[1.0]], dtype=torch.float64))]
+    run_check(fn, "posterior_median", ["post"], cases,
+              reference=_posterior_median, mistakes=_MEDIAN_MISTAKES, smooth=False)
+
+
 # The known mistakes of every exercise this module checks, by the exercise's function
 # name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
@@ -207,4 +252,5 @@ MISTAKES = {
     "fit_loglog_slope": _SLOPE_MISTAKES,
     "masked_attention": _MASK_MISTAKES,
     "effective_tokens": _EFFECTIVE_MISTAKES,
+    "posterior_median": _MEDIAN_MISTAKES,
 }

@@ -82,7 +82,11 @@ CHAPTERS: tuple[Chapter, ...] = (
               "projection_main_effect", 2),
              ("ex-query-angle", "The query angle", "query_angle", 1),
              preload=("lncourse.majority.task",)),
+    # chapter 3's replication page: no exercises (after the lesson, so "3" finds the lesson)
+    _chapter("03_majority_replication", "Reproducing Brody et al.: the majority task (Figures 1 to 3)"),
     _chapter("04_nope", "NoPE: positions hide in the variance of attention",
+             ("ex-posterior-median", "Read a posterior by its median",
+              "posterior_median", 1),
              ("ex-running-mean", "Uniform causal attention is a running mean", "running_mean", 1),
              ("ex-sample-covariance", "Lemma 1 numerically", "sample_covariance", 1),
              ("ex-fit-loglog-slope", "Fit the log-log slope", "fit_loglog_slope", 1),
