@@ -4,7 +4,9 @@
 returns its loss history. With a checkpoint path it saves its state (including its
 configuration) at every evaluation and resumes an interrupted run to the same history;
 a checkpoint of a different run (another learning rate, batch, seed, number of steps,
-data or model) is refused rather than mixed in.
+data or model) is refused rather than mixed in. The recipe it can train with (warm-up,
+cosine decay, clipping, the sweep's rule) and the reference losses every loss is printed
+beside are in :mod:`lncourse.lm_recipe`.
 Shapes: token streams (N,); windows (B, T).
 """
 
@@ -18,21 +20,18 @@ import os
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 import torch
 from torch import Tensor, nn
 
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
+# the chapters import the references from here (``from lncourse.lm import ...``)
+from lncourse.lm_recipe import _positive_int, lr_at, reference_losses, with_references
 from lncourse.progress import progress as progress_bar
 from lncourse.rng import check_seed
-from lncourse.summary import paired_interval
 from lncourse.text import sample_batch
 
 __all__ = ["TRACE_STEPS", "train_lm", "evaluate_lm", "data_fingerprint", "describe_model",
-           "lr_at", "reference_tables", "reference_losses", "position_losses",
-           "context_gain", "with_references", "Recipe", "SWEEP_RULE", "choose_lr",
-           "slim_checkpoint"]
+           "slim_checkpoint", "reference_losses", "with_references"]
 
 TRACE_STEPS = 5   # the loss of each of the first steps is kept (the tests replay them)
 
@@ -88,11 +87,6 @@ def _fill_new_fields(stored: dict, model: nn.Module) -> None:
             old[field.name] = default
 
 
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 @torch.enable_grad()   # a notebook that only measures may have turned gradients off
 def train_lm(model: nn.Module, train_ids: Tensor, test_ids: Tensor, *, steps: int,
              batch_size: int, block_size: int, lr: float = 3e-3, eval_every: int = 50,
@@ -118,8 +112,9 @@ def train_lm(model: nn.Module, train_ids: Tensor, test_ids: Tensor, *, steps: in
 
     The recipe: by default a constant learning rate ``lr`` (the course's first runs). With
     ``warmup`` > 0 the rate rises linearly over the first ``warmup`` steps; with ``min_lr``
-    it then decays along a cosine to ``min_lr`` at the last step (:func:`lr_at`); with
-    ``clip`` the gradient's global norm is clipped to it before every step.
+    it then decays along a cosine to ``min_lr`` at the last step
+    (:func:`lncourse.lm_recipe.lr_at`); with ``clip`` the gradient's global norm is
+    clipped to it before every step.
     """
     for name, value in (("steps", steps), ("batch_size", batch_size),
                         ("block_size", block_size), ("eval_every", eval_every),
@@ -248,165 +243,6 @@ def _device_label(device: torch.device | str) -> str:
     if device.type == "cpu":
         return f"cpu, {torch.get_num_threads()} threads"
     return str(device)
-
-
-def lr_at(step: int, steps: int, peak: float, warmup: int = 0,
-          min_lr: float | None = None) -> float:
-    """The learning rate of 0-based ``step`` of ``steps``: linear warm-up to ``peak`` over
-    ``warmup`` steps, then ``peak`` (``min_lr`` None) or a cosine decay from ``peak`` to
-    ``min_lr``, reached at the last step."""
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    if min_lr is None:
-        return peak
-    t = (step - warmup) / max(steps - 1 - warmup, 1)
-    return min_lr + 0.5 * (peak - min_lr) * (1 + math.cos(math.pi * t))
-
-
-def reference_tables(train_ids: Tensor, vocab_size: int) -> tuple[Tensor, Tensor]:
-    """Log-probabilities of the unigram (V,) and bigram (V, V) tables of the training
-    stream (N,), with add-one smoothing: row a of the bigram is log p(next | a)."""
-    ids = torch.as_tensor(train_ids).to("cpu", torch.int64)
-    if ids.ndim != 1 or len(ids) < 2:
-        raise ValueError(f"train_ids must be a stream (N,) with N >= 2, got {tuple(ids.shape)}")
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
-        raise ValueError(f"token ids must lie in [0, {vocab_size})")
-    uni = torch.ones(vocab_size, dtype=torch.float64).index_add_(
-        0, ids, torch.ones(len(ids), dtype=torch.float64))
-    bi = torch.ones(vocab_size, vocab_size, dtype=torch.float64)
-    bi.index_put_((ids[:-1], ids[1:]), torch.ones(len(ids) - 1, dtype=torch.float64),
-                  accumulate=True)
-    return (uni / uni.sum()).log(), (bi / bi.sum(1, keepdim=True)).log()
-
-
-def reference_losses(train_ids: Tensor, test_ids: Tensor, vocab_size: int) -> dict:
-    """The test cross-entropies (nats per token) of the training split's unigram and bigram
-    tables (add-one smoothing) over every next token of the test stream: what a model
-    that ignores its input, and one that reads only the current token, reach. Every
-    language-model loss of the course is printed beside them."""
-    uni, bi = reference_tables(train_ids, vocab_size)
-    test = torch.as_tensor(test_ids).to("cpu", torch.int64)
-    return {"unigram": float(-uni[test[1:]].mean()),
-            "bigram": float(-bi[test[:-1], test[1:]].mean())}
-
-
-def with_references(loss: float | None, refs: dict) -> str:
-    """A loss printed beside its data's references: '2.213 (bigram 2.510, unigram 3.318;
-    0.297 below the bigram)'."""
-    if loss is None:
-        return f"diverged (bigram {refs['bigram']:.3f}, unigram {refs['unigram']:.3f})"
-    gap = refs["bigram"] - loss
-    side = "below" if gap >= 0 else "above"
-    return (f"{loss:.3f} (bigram {refs['bigram']:.3f}, unigram {refs['unigram']:.3f}; "
-            f"{abs(gap):.3f} {side} the bigram)")
-
-
-@torch.no_grad()
-def position_losses(model: nn.Module, train_ids: Tensor, test_ids: Tensor, *,
-                    windows: int, block_size: int, seed: int, vocab_size: int,
-                    batch_size: int = 64) -> dict:
-    """Next-token loss per position on ``windows`` held-out windows (drawn with ``seed``),
-    for the model and, on the very same tokens, for the training split's bigram table.
-
-    Returns ``model`` and ``bigram``: (windows, T) lists of per-token losses averaged
-    over nothing (so every mean and interval recomputes), computed where the model's
-    parameters are. A model that uses its context beats the bigram at later positions;
-    one that does not stays level with it at every position."""
-    if isinstance(windows, bool) or not isinstance(windows, int) or windows < 2:
-        raise ValueError(f"windows must be an integer >= 2, got {windows!r}")
-    _, bi = reference_tables(train_ids, vocab_size)
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    gen = torch.Generator().manual_seed(check_seed(seed))
-    rows_model, rows_bigram, done = [], [], 0
-    while done < windows:
-        n = min(batch_size, windows - done)
-        x, y = sample_batch(test_ids, n, block_size, gen, "cpu")
-        logits = model(x.to(device))[0].double().cpu()
-        nll = -torch.log_softmax(logits, -1).gather(-1, y[..., None])[..., 0]
-        if not torch.isfinite(nll).all():
-            raise FloatingPointError("the model's loss is not finite on held-out windows")
-        rows_model.append(nll)
-        rows_bigram.append(-bi[x, y])
-        done += n
-    model.train(was_training)
-    return {"model": torch.cat(rows_model).tolist(),
-            "bigram": torch.cat(rows_bigram).tolist()}
-
-
-def context_gain(per_position: dict, start: int) -> dict:
-    """From :func:`position_losses`: at positions ``start``.. (1-based, as T counts
-    them), the mean loss of the model and of the bigram on the same tokens, and the gain
-    (bigram minus model) with a 95% t interval over windows. A gain clearly above 0 says
-    the model uses its context; 0 says it reads the current token only."""
-    m = np.asarray(per_position["model"], dtype=np.float64)
-    b = np.asarray(per_position["bigram"], dtype=np.float64)
-    if m.shape != b.shape or m.ndim != 2 or not 1 <= start <= m.shape[1]:
-        raise ValueError(f"per-position losses (S, T) and 1 <= start <= T needed, got "
-                         f"{m.shape}, {b.shape} and start {start}")
-    late_m, late_b = m[:, start - 1:].mean(1), b[:, start - 1:].mean(1)
-    gain, low, high = paired_interval(late_b - late_m)
-    return {"start": start, "model": float(late_m.mean()), "bigram": float(late_b.mean()),
-            "gain": [gain, low, high],
-            "first_position": {"model": float(m[:, 0].mean()), "bigram": float(b[:, 0].mean())}}
-
-
-@dataclasses.dataclass(frozen=True)
-class Recipe:
-    """A training recipe that learns: AdamW, linear warm-up over ``warmup`` steps, cosine
-    decay to ``min_lr_ratio`` x the peak at the last step, the gradient's global norm
-    clipped to ``clip``; the peak learning rate comes from a short sweep
-    (:func:`choose_lr`)."""
-
-    steps: int
-    batch_size: int
-    block_size: int
-    warmup: int
-    min_lr_ratio: float = 0.1
-    clip: float = 1.0
-    eval_every: int = 250
-    eval_batches: int = 8
-
-    def __post_init__(self):
-        for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches"):
-            _positive_int(name, getattr(self, name))
-        if not 0 <= self.warmup < self.steps:
-            raise ValueError(f"warmup must be in [0, steps), got {self.warmup}")
-        if not 0 < self.min_lr_ratio <= 1:
-            raise ValueError(f"min_lr_ratio must be in (0, 1], got {self.min_lr_ratio}")
-        if not (math.isfinite(self.clip) and self.clip > 0):
-            raise ValueError(f"clip must be a finite positive number, got {self.clip}")
-
-    def kwargs(self, lr: float) -> dict:
-        """The keyword arguments of :func:`train_lm` for peak rate ``lr``."""
-        return {"steps": self.steps, "batch_size": self.batch_size,
-                "block_size": self.block_size, "lr": lr, "warmup": self.warmup,
-                "min_lr": lr * self.min_lr_ratio, "clip": self.clip,
-                "eval_every": self.eval_every, "eval_batches": self.eval_batches}
-
-    def short(self, steps: int) -> "Recipe":
-        """The same recipe over ``steps`` steps (warm-up and evaluations scaled): the
-        sweep's runs."""
-        every = max(steps // 5, 1)
-        return dataclasses.replace(self, steps=steps,
-                                   warmup=max(1, self.warmup * steps // self.steps),
-                                   eval_every=every)
-
-
-SWEEP_RULE = ("per model, the peak learning rate whose short run ends with the lowest "
-              "training loss (the mean over its last evaluation interval, on training "
-              "windows, so the test split plays no part in the choice); a run whose loss "
-              "stopped being finite is excluded; written before any final run was seen")
-
-
-def choose_lr(runs: list[dict]) -> float:
-    """:data:`SWEEP_RULE` over ``runs``, each {"lr": float, "train_loss": float or None
-    (diverged)}. Raises ValueError when every run diverged."""
-    ok = [r for r in runs if r["train_loss"] is not None and math.isfinite(r["train_loss"])]
-    if not ok:
-        raise ValueError("every run of the sweep diverged: no learning rate to choose")
-    return min(ok, key=lambda r: (r["train_loss"], r["lr"]))["lr"]
 
 
 def slim_checkpoint(path: str | os.PathLike) -> None:

@@ -1,5 +1,6 @@
-"""The recipe that learns (lncourse.lm): warm-up, clipping and cosine decay resume to the
-same history; the sweep's rule; the bigram and unigram references; per-position losses."""
+"""The recipe that learns (lncourse.lm_recipe; lncourse.lm trains with it): warm-up,
+clipping and cosine decay resume to the same history; the sweep's rule; the bigram and
+unigram references; per-position losses."""
 
 import math
 
@@ -7,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.lm import (Recipe, choose_lr, context_gain, lr_at, position_losses,
-                         reference_losses, reference_tables, slim_checkpoint, train_lm,
-                         with_references)
+from lncourse.lm import slim_checkpoint, train_lm
+from lncourse.lm_recipe import (Recipe, choose_lr, context_gain, lr_at, position_losses,
+                                reference_losses, reference_tables, with_references)
 from lncourse.text import CharTokenizer, load_shakespeare, split_ids
 from lncourse.transformer import GPT, TransformerConfig
 

@@ -104,8 +104,8 @@ def test_imports_are_read_relative_and_absolute():
 # ---------------------------------------------------------------- the layout (issue 20)
 CHAPTERS = {"geometry": 1, "selectability": 2, "majority": 3, "nope": 4, "norms": 5}
 CORE = {"_packages", "attention", "checkpoint", "claims", "device", "folding", "glue", "guard",
-        "layernorm", "lm", "minilm", "modes", "paper", "progress", "published", "results", "rng",
-        "smollm2", "summary", "text", "transformer"}
+        "layernorm", "lm", "lm_recipe", "minilm", "modes", "paper", "progress", "published",
+        "results", "rng", "smollm2", "summary", "text", "transformer"}
 CORE_FOLDERS = {"plotting"}
 CHECKS, GRADING = "checks", "grading"
 # The crossings between chapters, both from chapter 5 (issue 17), which reads earlier

@@ -3,25 +3,25 @@
 The grader never runs a submission top to bottom (that would re-run a chapter's
 training). For each exercise it takes the learner's function and only the top-level
 statements that function needs, found by following names back through the notebook:
-the imports, the helpers, the constants it uses, and what those need in turn.
+the imports, the helpers, the constants it uses, and what those need in turn. Whether a
+path is a file the grader reads at all, and a notebook of a shape it reads, is decided
+first, by :mod:`lncourse.grading.intake`.
 """
 
 from __future__ import annotations
 
 import ast
 import bisect
-import errno
 import hashlib
 import json
-import os
 import re
-import stat
 import symtable
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lncourse.grading.exercises import CHAPTERS, Chapter, Exercise, chapter as find_chapter
+from lncourse.grading.intake import Refused, read_regular, shape_problem
 
 
 @dataclass(frozen=True)
@@ -131,107 +131,18 @@ def _chapter_of(nb: dict, defined: set[str]) -> tuple[Chapter | None, str | None
                                 f"for chapter {best} from the functions it defines")
 
 
-MAX_BYTES = 32 * 2**20      # a notebook file larger than this is refused
-MAX_CODE_CELLS = 2000       # so is one with more code cells than this,
-MAX_SOURCE = 2 * 2**20      # or more characters of code than this
-
-
-def _shape_problem(nb) -> str | None:
-    """Why ``nb`` is not a notebook the grader can read, or None."""
-    if not isinstance(nb, dict):
-        return f"the file holds a JSON {type(nb).__name__}, not a notebook (an object)"
-    if not isinstance(nb.get("metadata", {}), dict):
-        return "its metadata is not a JSON object"
-    cells = nb.get("cells")
-    if not isinstance(cells, list):
-        return "its cells are not a list" if "cells" in nb else "it has no cells"
-    if not all(isinstance(c, dict) for c in cells):
-        return "some of its cells are not JSON objects"
-    code = [c for c in cells if c.get("cell_type") == "code"]
-    if len(code) > MAX_CODE_CELLS:
-        return f"it has {len(code):,} code cells, more than the {MAX_CODE_CELLS:,} the grader reads"
-    total = 0
-    for number, c in enumerate(code, 1):
-        source = c.get("source", "")
-        if not (isinstance(source, str) or isinstance(source, list)
-                and all(isinstance(line, str) for line in source)):
-            return f"the source of code cell {number} is not text"
-        total += len(source) if isinstance(source, str) else sum(map(len, source))
-        if not isinstance(c.get("metadata", {}), dict):
-            return f"the metadata of code cell {number} is not a JSON object"
-        meta = c.get("metadata", {}).get("lncourse", {})
-        if not isinstance(meta, dict) or not isinstance(meta.get("exercise", ""), str):
-            return f"the exercise label of code cell {number} is not text"
-    if total > MAX_SOURCE:
-        return f"it holds {total:,} characters of code, more than the {MAX_SOURCE:,} allowed"
-    return None
-
-
-_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
-
-
-def read_regular(path: str | Path, limit: int = MAX_BYTES) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes.
-
-    Opened without following a final symbolic link (``O_NOFOLLOW``) and without blocking
-    on a FIFO (``O_NONBLOCK``); what was opened is checked with ``fstat`` (no race between
-    a check and the read), and at most ``limit + 1`` bytes are read. The folder holding it
-    must not be a symbolic link either (an LMS's folder download: one folder per student).
-    Raises ``Refused`` naming what the file is otherwise."""
-    path = Path(path)
-    try:
-        if path.parent.is_symlink():
-            raise Refused(f"its folder {path.parent.name!r} is a symbolic link, not a "
-                          "submission's own folder")
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-                     | getattr(os, "O_NOCTTY", 0))
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            target = os.readlink(path) if path.is_symlink() else "?"
-            raise Refused(f"it is a symbolic link (to {target[:200]!r}), not a file handed "
-                          "in") from None
-        raise
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise Refused(f"it is {_kind(info.st_mode)}, not a regular file")
-        if info.st_size > limit:
-            raise Refused(f"it holds {info.st_size:,} bytes, more than the {limit:,} allowed")
-        chunks, total = [], 0
-        while total <= limit:
-            chunk = os.read(fd, min(2**20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        if total > limit:
-            raise Refused(f"it grew past the {limit:,} bytes allowed while it was read")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-class Refused(ValueError):
-    """A submitted path that is not a regular file the grader reads."""
-
-
 def read_submission(path: str | Path) -> Submission:
     """Parse a notebook: chapter, code cells as Python, their top-level statements.
 
     A path that is not a regular file (a symbolic link, a FIFO, a device, a folder) or is
-    larger than ``MAX_BYTES`` is refused (``Submission.refused``) without being read; a
-    file that is not a notebook of the expected shape, or is too large to read quickly
-    (``MAX_CODE_CELLS``, ``MAX_SOURCE``), gets a note and no code."""
+    larger than ``MAX_BYTES`` (:mod:`lncourse.grading.intake`) is refused
+    (``Submission.refused``) without being read; a file that is not a notebook of the
+    expected shape, or is too large to read quickly (``MAX_CODE_CELLS``, ``MAX_SOURCE``),
+    gets a note and no code."""
     sub = Submission(Path(path))
     try:
         nb = json.loads(read_regular(path).decode("utf-8"))
-        problem = _shape_problem(nb)
+        problem = shape_problem(nb)
         if problem:
             raise ValueError(problem)
         cells = [c for c in nb["cells"] if c.get("cell_type") == "code"]

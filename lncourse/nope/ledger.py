@@ -28,7 +28,7 @@ the exploratory depth trend (:func:`stream_report.trend_claim`); from
 ``nope/trained_lm_stall.json`` and ``nope/trained_recipe_cpu.json`` (the stalled run and
 the recipe that learns, with a learned-position control) the losses beside their
 references, the gains at late positions, the per-layer slopes and the sentences
-(:func:`retrained.report`, :func:`retrained.claims`). The ledger
+(:func:`retrained_report.report`, :func:`retrained_report.claims`). The ledger
 ``results/nope/reported.json`` holds them, written by::
 
     python -m lncourse.nope.ledger
@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.claims import ledger_main
-from lncourse.nope import probe, retrained, stream_gpu, stream_report, verdict
+from lncourse.nope import probe, retrained_report, stream_gpu, stream_report, verdict
 from lncourse.results import RESULTS_DIR, describe, load_result
 from lncourse.summary import paired_interval
 
@@ -165,8 +165,9 @@ def _retrained(stall: dict, recipe: dict) -> dict:
     """The stalled run's losses beside its references and its late-position gain; the
     recipe's report and sentences."""
     return {"stall": {k: stall[k] for k in ("references", "history", "late")},
-            "recipe": {"describe": describe(recipe), "report": retrained.report(recipe),
-                       "claims": retrained.claims(recipe)}}
+            "recipe": {"describe": describe(recipe),
+                       "report": retrained_report.report(recipe),
+                       "claims": retrained_report.claims(recipe)}}
 
 
 def reported(probe: dict, ablation: dict, features: dict, decode: dict,

@@ -4,20 +4,20 @@ positions (chapter 4, issue 35 item 7).
 The stored run of :mod:`lncourse.nope.trained` (constant lr 3e-3, no warm-up, no
 clipping) stalled: its test loss sat level with the bigram table's from step 300 on, so
 what it says "after training" is about a model that never used its context. This run
-trains two models of the same size with :class:`lncourse.lm.Recipe` (warm-up, clipping,
-cosine decay):
+trains two models of the same size with :class:`lncourse.lm_recipe.Recipe` (warm-up,
+clipping, cosine decay):
 
 * ``NoPE``: no positional embedding, as Chi et al.'s model;
 * ``learned``: the control, a learned positional embedding added at the input.
 
 The peak learning rate of each comes from a short sweep with a rule fixed beforehand
-(:data:`lncourse.lm.SWEEP_RULE`), stored with the run. Then each model is trained with
-three seeds, and measured from its stored weights (rounded to bfloat16 before any
+(:data:`lncourse.lm_recipe.SWEEP_RULE`), stored with the run. Then each model is trained
+with three seeds, and measured from its stored weights (rounded to bfloat16 before any
 measurement, so the file's numbers are those of the stored weights):
 
 * its test loss, beside the data's bigram and unigram losses;
 * the per-position loss on held-out windows against the bigram table on the same tokens
-  (:func:`lncourse.lm.position_losses`): did the model use its context?
+  (:func:`lncourse.lm_recipe.position_losses`): did the model use its context?
 * per layer, the variance of the attention output across windows at each position and
   the slope of log variance against log m, in 16 groups of windows
   (:func:`lncourse.nope.trained.profiles`), before and after training.
@@ -29,124 +29,37 @@ stores ``results/nope/trained_recipe.json`` and ``trained_recipe.pt``)::
     python -m lncourse.nope.retrained --part final/NoPE/0 --device cuda
     python -m lncourse.nope.retrained                 # trains what is missing, stores
 
-Resumable: every model checkpoints at every evaluation (``train_lm``).
+Resumable: every model checkpoints at every evaluation (``train_lm``). What is trained
+(variants, configuration, presets, models) is in :mod:`lncourse.nope.retrained_models`;
+what the stored run says (report, claims, the old run's stall) in
+:mod:`lncourse.nope.retrained_report`.
 Shapes: windows (B, T); per-position losses (S, T).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from lncourse.checkpoint import load_checkpoint
-from lncourse.lm import (SWEEP_RULE, Recipe, choose_lr, context_gain, evaluate_lm,
-                         position_losses, reference_losses, slim_checkpoint, train_lm,
-                         with_references)
-from lncourse.nope.lm import NoPELMConfig
-from lncourse.nope.trained import GROUPS, profiles, slopes, summary
+from lncourse.lm import evaluate_lm, slim_checkpoint, train_lm
+from lncourse.lm_recipe import (SWEEP_RULE, Recipe, choose_lr, position_losses,
+                                reference_losses, with_references)
+from lncourse.nope.retrained_models import (PRESETS, VARIANTS, RetrainConfig, _data,
+                                            build)
+# the replication page reads report and claims from here
+from lncourse.nope.retrained_report import claims, report, stall
+from lncourse.nope.trained import GROUPS, profiles, summary
 from lncourse.results import (RESULTS_DIR, command_line, run_arguments, run_started,
                               store_run)
-from lncourse.rng import seeded
-from lncourse.summary import paired_interval
-from lncourse.text import CharTokenizer, load_shakespeare, split_ids
-from lncourse.transformer import GPT, TransformerConfig
+from lncourse.transformer import GPT
 
-__all__ = ["VARIANTS", "RetrainConfig", "PRESETS", "build", "run_sweep", "sweep_choice",
-           "train_final", "measure", "load_models", "report", "claims", "main"]
-
-VARIANTS = {"NoPE": {"pos_emb": False}, "learned": {"pos_emb": True}}
-
-
-@dataclass(frozen=True)
-class RetrainConfig:
-    """The models, the recipe, the sweep and what is measured."""
-
-    d_model: int = 128
-    n_heads: int = 4
-    n_layers: int = 4
-    block_size: int = 128
-    batch_size: int = 64
-    steps: int = 4000
-    warmup: int = 200
-    min_lr_ratio: float = 0.1
-    clip: float = 1.0
-    eval_every: int = 250
-    eval_batches: int = 8
-    sweep_lrs: tuple[float, ...] = (1e-3, 2e-3, 4e-3, 8e-3)
-    sweep_steps: int = 500
-    windows: int = 512          # for the variance profiles (16 groups of 32)
-    loss_windows: int = 256     # for the per-position loss
-    late_start: int = 64        # "positions >= 64"
-    seeds: tuple[int, ...] = (0, 1, 2)
-    shared_lr: bool = False     # True: only NoPE is swept, the control takes its rate
-
-    def recipe(self) -> Recipe:
-        return Recipe(steps=self.steps, batch_size=self.batch_size,
-                      block_size=self.block_size, warmup=self.warmup,
-                      min_lr_ratio=self.min_lr_ratio, clip=self.clip,
-                      eval_every=self.eval_every, eval_batches=self.eval_batches)
-
-    def profile_cfg(self, seed: int) -> NoPELMConfig:
-        """What :func:`lncourse.nope.trained.profiles` reads (windows, T, seed)."""
-        return NoPELMConfig(d_model=self.d_model, n_heads=self.n_heads,
-                            n_layers=self.n_layers, block_size=self.block_size,
-                            windows=self.windows, seed=seed)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "RetrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v
-                      for k, v in d.items() if k in names})
-
-
-def _tiny() -> RetrainConfig:
-    """For tests: d 16, 2 layers, T 32, 12 steps, a sweep of two rates."""
-    return RetrainConfig(d_model=16, n_heads=2, n_layers=2, block_size=32, batch_size=4,
-                         steps=12, warmup=2, eval_every=6, eval_batches=1,
-                         sweep_lrs=(1e-3, 1e-2), sweep_steps=5, windows=32,
-                         loss_windows=4, late_start=16, seeds=(0, 1))
-
-
-def _cpu() -> RetrainConfig:
-    """What a shared 2-core CPU (load average 15-19) affords in under an hour (the GPU
-    preset ``paper`` could not be sent to a GPU): d 64, 4 heads, 2 layers, T 128, batch
-    32, 500 steps (25 of warm-up), a sweep of 3 rates over 150 steps for the NoPE model
-    (the control takes the same rate, so the two differ only in the positional
-    embedding), one seed; 256 windows (16 groups of 16) for the variance profiles, 128
-    for the per-position loss."""
-    return RetrainConfig(d_model=64, n_heads=4, n_layers=2, block_size=128, batch_size=32,
-                         steps=500, warmup=25, eval_every=50, eval_batches=4,
-                         sweep_lrs=(1e-3, 3e-3, 1e-2), sweep_steps=150, windows=256,
-                         loss_windows=128, late_start=64, seeds=(0,), shared_lr=True)
-
-
-PRESETS = {"paper": RetrainConfig, "cpu": _cpu, "tiny": _tiny}
-
-
-@functools.lru_cache(maxsize=1)
-def _data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
-    text = load_shakespeare()
-    tok = CharTokenizer.from_text(text)
-    train_ids, test_ids = split_ids(tok.encode(text))
-    return tok, train_ids, test_ids
-
-
-def build(cfg: RetrainConfig, vocab_size: int, variant: str, seed: int) -> GPT:
-    """The model of ``variant`` at initialisation (seeded)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
-    with seeded(seed):
-        return GPT(TransformerConfig(vocab_size=vocab_size, d_model=cfg.d_model,
-                                     n_heads=cfg.n_heads, n_layers=cfg.n_layers,
-                                     block_size=cfg.block_size, **VARIANTS[variant]))
+__all__ = ["run_sweep", "sweep_choice", "train_final", "measure", "run", "report",
+           "claims", "main"]
 
 
 def _ck(ck_dir: Path, kind: str, variant: str, index: int) -> Path:
@@ -188,7 +101,7 @@ def run_sweep(cfg: RetrainConfig, variant: str, index: int, ck_dir: Path | None,
 
 
 def sweep_choice(sweep: dict) -> dict:
-    """The peak learning rate per variant by :data:`lncourse.lm.SWEEP_RULE`."""
+    """The peak learning rate per variant by :data:`lncourse.lm_recipe.SWEEP_RULE`."""
     return {v: choose_lr(runs) for v, runs in sweep.items()}
 
 
@@ -279,106 +192,6 @@ def run(cfg: RetrainConfig, ck_dir: Path | None, device: str = "cpu",
                "chosen_lr": chosen, "models": models, "seconds": wall}
     payload["report"] = report(payload)
     return payload, weights
-
-
-def load_models(result: dict, weights: dict, variant: str, seed: int) -> GPT:
-    """A stored model (bfloat16 weights as float32)."""
-    cfg = RetrainConfig.from_dict(result["config"])
-    model = build(cfg, result["config"]["vocab_size"], variant, seed)
-    model.load_state_dict({k: v.float() for k, v in weights[f"{variant}/{seed}"].items()})
-    return model.eval()
-
-
-def _interval(values) -> list[float]:
-    return list(paired_interval(np.asarray(values, dtype=np.float64)))
-
-
-def _window_loss(per_position: dict) -> dict:
-    """The mean loss over every position of the held-out windows, of the model and of the
-    bigram on the same tokens, with 95% t intervals over windows."""
-    m = np.asarray(per_position["model"], dtype=np.float64).mean(1)
-    b = np.asarray(per_position["bigram"], dtype=np.float64).mean(1)
-    return {"model": _interval(m), "bigram": _interval(b), "below_bigram": _interval(b - m)}
-
-
-def report(result: dict) -> dict:
-    """What the replication page states, per variant and seed: the trainer's test loss
-    beside the references; the loss over the held-out windows of the per-position
-    measurement, with the bigram's on the same tokens (95% t intervals over windows);
-    the gain over the bigram at positions >= ``late_start`` (t interval over windows);
-    per layer, the variance slope and the attention's uniformity before and after
-    training (mean over groups of windows, t interval over groups). With two seeds or
-    more, ``across_seeds`` adds the mean of each over seeds with a t interval over
-    seeds."""
-    cfg = RetrainConfig.from_dict(result["config"])
-    out = {"references": result["references"], "chosen_lr": result["chosen_lr"]}
-    for variant, runs in result["models"].items():
-        rows = []
-        for r in runs:
-            gain = context_gain(r["positions"], cfg.late_start)
-            row = {"seed": r["seed"], "test_loss": r["test_loss"],
-                   "below_bigram": result["references"]["bigram"] - r["test_loss"],
-                   "windows": _window_loss(r["positions"]), "late": gain}
-            for stage in ("before", "after"):
-                row[f"slope_{stage}"] = [[x["slope"], *x["slope_ci"]]
-                                         for x in r[stage]["layers"]]
-                row[f"uniformity_{stage}"] = [[x["uniformity"], *x["uniformity_ci"]]
-                                              for x in r[stage]["layers"]]
-            rows.append(row)
-        out[variant] = {"seeds": rows}
-        if len(rows) >= 2:
-            n_layers = len(rows[0]["slope_after"])
-            out[variant]["across_seeds"] = {
-                "test_loss": _interval([x["test_loss"] for x in rows]),
-                "late_gain": _interval([x["late"]["gain"][0] for x in rows]),
-                **{f"slope_{st}": [_interval([x[f"slope_{st}"][l][0] for x in rows])
-                                   for l in range(n_layers)] for st in ("before", "after")}}
-    return out
-
-
-def claims(result: dict) -> dict[str, bool]:
-    """The statements the replication page makes, each True or False on ``result``
-    (every seed must satisfy a statement for it to hold):
-
-    * ``<variant> learned``: the test loss is at least 0.3 nats below the bigram's (the
-      issue's bar for a claim "after training");
-    * ``<variant> below bigram``: over the held-out windows, the model's loss is below
-      the bigram's on the same tokens (95% interval of the difference above 0);
-    * ``<variant> uses context``: the gain over the bigram at positions >= late_start
-      has its 95% interval above 0.1 nats;
-    * ``<variant> complete``: the model trained all its steps."""
-    rep = report(result)
-    out = {}
-    for v, runs in result["models"].items():
-        rows = rep[v]["seeds"]
-        out[f"{v} learned"] = all(x["below_bigram"] >= 0.3 for x in rows)
-        out[f"{v} below bigram"] = all(x["windows"]["below_bigram"][1] > 0 for x in rows)
-        out[f"{v} uses context"] = all(x["late"]["gain"][1] > 0.1 for x in rows)
-        out[f"{v} complete"] = all(r.get("complete", True) for r in runs)
-    return out
-
-
-def stall(windows: int = 64, late_start: int = 64) -> dict:
-    """The stored run of :mod:`lncourse.nope.trained` (``trained_lm.pt``: constant lr
-    3e-3, 3,000 steps) read with the same lenses: its test losses beside the references,
-    and its per-position loss against the bigram on held-out windows (seed 100)."""
-    from lncourse.nope.trained import _paper
-    from lncourse.nope.trained import build as build_old
-    from lncourse.results import load_result
-
-    old = load_result("nope/trained_lm")
-    tok, train_ids, test_ids = _data()
-    cfg = _paper()
-    model = build_old(cfg, tok.vocab_size)
-    model.load_state_dict(torch.load(RESULTS_DIR / "nope" / old["weights"],
-                                     weights_only=True))
-    pos = position_losses(model.eval(), train_ids, test_ids, windows=windows,
-                          block_size=cfg.block_size, seed=100, vocab_size=tok.vocab_size)
-    return {"references": reference_losses(train_ids, test_ids, tok.vocab_size),
-            "history": {"step": old["history"]["step"],
-                        "test_loss": old["history"]["test_loss"]},
-            "windows": _window_loss(pos), "late": context_gain(pos, late_start),
-            "positions": pos}
 
 
 def _parse_part(part: str, cfg: RetrainConfig) -> tuple[str, str, int]:

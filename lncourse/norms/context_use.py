@@ -4,7 +4,8 @@ the per-position loss against the bigram table (issue 35 item 8).
 A model that reads only the current character can at best match the bigram table of its
 training split. Its attention adds what the earlier characters tell it: so, on the same
 held-out tokens, the model's loss at later positions minus the bigram's measures what
-attention contributes (:func:`lncourse.lm.position_losses`, :func:`lncourse.lm.context_gain`).
+attention contributes (:func:`lncourse.lm_recipe.position_losses`,
+:func:`lncourse.lm_recipe.context_gain`).
 This module measures it for every stored model of chapter 5 that is read "after
 training", from the stored weights, on the CPU:
 
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lncourse.lm import context_gain, position_losses, reference_losses
+from lncourse.lm_recipe import context_gain, position_losses, reference_losses
 from lncourse.norms import logits as L
 from lncourse.norms import periln, trained
 from lncourse.results import (RESULTS_DIR, command_line, load_result, run_arguments,

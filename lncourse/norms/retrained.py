@@ -5,9 +5,10 @@ The stored run of :mod:`lncourse.norms.trained` (constant lr 3e-3, 2,000 steps o
 the bigram table's 2.51) or at the unigram level (DyT 3.33, the unigram's 3.32), so its
 per-head counts "after training" describe models that did not use their context. This
 run trains the same four variants (:data:`lncourse.norms.trained.VARIANTS`) with
-:class:`lncourse.lm.Recipe` (warm-up, clipping, cosine decay), each at the peak rate a
-short sweep chose by a rule fixed beforehand (:data:`lncourse.lm.SWEEP_RULE`), and
-measures each from its stored weights (rounded to bfloat16 before any measurement):
+:class:`lncourse.lm_recipe.Recipe` (warm-up, clipping, cosine decay), each at the peak
+rate a short sweep chose by a rule fixed beforehand
+(:data:`lncourse.lm_recipe.SWEEP_RULE`), and measures each from its stored weights
+(rounded to bfloat16 before any measurement):
 
 * the test loss beside the bigram and unigram losses of the same split;
 * the per-position loss against the bigram table on the same tokens: the gain at
@@ -23,128 +24,34 @@ dh = 2 with d = 32 and 16 heads, in case d = 8 cannot get clearly below the bigr
     python -m lncourse.norms.retrained --preset paper --part final/DyT/0 --device cuda
     python -m lncourse.norms.retrained --preset paper     # trains what is missing, stores
 
+The configuration, presets, contexts and models are in
+:mod:`lncourse.norms.retrained_models`.
 Shapes: contexts (S, T); per-position losses (S, T); counts [layer][head][context].
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from lncourse.checkpoint import load_checkpoint
-from lncourse.lm import (SWEEP_RULE, Recipe, choose_lr, context_gain, evaluate_lm,
-                         position_losses, reference_losses, slim_checkpoint, train_lm,
-                         with_references)
+from lncourse.lm import evaluate_lm, slim_checkpoint, train_lm
+from lncourse.lm_recipe import (SWEEP_RULE, choose_lr, context_gain, position_losses,
+                                reference_losses, with_references)
 from lncourse.norms.heads import mean_interval
+from lncourse.norms.retrained_models import (PRESETS, HeadsRecipeConfig, _data, build,
+                                             contexts_of)
 from lncourse.norms.trained import VARIANTS, head_counts
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
-from lncourse.rng import generator, seeded
 from lncourse.summary import paired_interval
-from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
-from lncourse.transformer import GPT, TransformerConfig
+from lncourse.transformer import GPT
 
-__all__ = ["HeadsRecipeConfig", "PRESETS", "build", "run_sweep", "sweep_choice",
-           "train_final", "measure", "run", "load_model", "report", "claims", "main"]
-
-
-@dataclass(frozen=True)
-class HeadsRecipeConfig:
-    """The per-head models (dh = d_model / n_heads = 2), the recipe and the sweep."""
-
-    d_model: int = 8
-    n_heads: int = 4
-    n_layers: int = 4
-    block_size: int = 256
-    batch_size: int = 32
-    steps: int = 6000
-    warmup: int = 300
-    min_lr_ratio: float = 0.1
-    clip: float = 1.0
-    eval_every: int = 500
-    eval_batches: int = 8
-    sweep_lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2)
-    sweep_steps: int = 600
-    contexts: int = 16
-    loss_windows: int = 128
-    late_start: int = 128
-    seeds: tuple[int, ...] = (0, 1, 2)
-    variants: tuple[str, ...] = tuple(VARIANTS)
-
-    def __post_init__(self):
-        unknown = set(self.variants) - set(VARIANTS)
-        if unknown or not self.variants:
-            raise ValueError(f"variants must be some of {list(VARIANTS)}, got "
-                             f"{self.variants}")
-        if self.d_model != 2 * self.n_heads:
-            raise ValueError("per-head counting needs dh = 2: d_model = 2 * n_heads, got "
-                             f"{self.d_model} and {self.n_heads}")
-
-    def recipe(self) -> Recipe:
-        return Recipe(steps=self.steps, batch_size=self.batch_size,
-                      block_size=self.block_size, warmup=self.warmup,
-                      min_lr_ratio=self.min_lr_ratio, clip=self.clip,
-                      eval_every=self.eval_every, eval_batches=self.eval_batches)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "HeadsRecipeConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v
-                      for k, v in d.items() if k in names})
-
-
-def _wide() -> HeadsRecipeConfig:
-    """dh = 2 in a wider model: d = 32, 16 heads."""
-    return HeadsRecipeConfig(d_model=32, n_heads=16)
-
-
-def _tiny() -> HeadsRecipeConfig:
-    return HeadsRecipeConfig(block_size=32, batch_size=4, steps=10, warmup=2, eval_every=5,
-                             eval_batches=1, sweep_lrs=(1e-3, 1e-2), sweep_steps=4,
-                             contexts=3, loss_windows=4, late_start=16, seeds=(0, 1))
-
-
-def _cpu() -> HeadsRecipeConfig:
-    """Chapter 2's model (d 8, 4 heads, 4 layers, T 256) as far as a shared 2-core CPU
-    (load average 15) trains it in 40 minutes: DyT alone (the variant that stayed at the
-    unigram level), batch 16, 800 steps (40 of warm-up), a sweep of 3 rates over 100
-    steps, one seed; 64 windows for the per-position loss."""
-    return HeadsRecipeConfig(batch_size=16, steps=800, warmup=40, eval_every=100,
-                             eval_batches=4, sweep_steps=100, loss_windows=64,
-                             seeds=(0,), variants=("DyT",))
-
-
-PRESETS = {"paper": HeadsRecipeConfig, "wide": _wide, "cpu": _cpu, "tiny": _tiny}
-
-
-@functools.lru_cache(maxsize=1)
-def _data():
-    text = load_shakespeare()
-    train_text, test_text = split_text(text)
-    tok = CharTokenizer.from_text(text)
-    return tok, tok.encode(train_text), tok.encode(test_text)
-
-
-def build(cfg: HeadsRecipeConfig, vocab_size: int, variant: str, seed: int) -> GPT:
-    """A fresh model of ``variant`` (seeded)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
-    with seeded(seed):
-        return GPT(TransformerConfig(vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads,
-                                     n_layers=cfg.n_layers, block_size=cfg.block_size,
-                                     **VARIANTS[variant]))
-
-
-def contexts_of(cfg: HeadsRecipeConfig, test_ids: torch.Tensor) -> torch.Tensor:
-    """The held-out contexts the keys are counted on (those of the old run's draw)."""
-    x, _ = sample_batch(test_ids, cfg.contexts, cfg.block_size, generator(12345))
-    return x
+__all__ = ["run_sweep", "sweep_choice", "train_final", "measure", "run", "report",
+           "claims", "main"]
 
 
 def _ck(ck_dir: Path, kind: str, variant: str, index: int) -> Path:
@@ -246,13 +153,6 @@ def run(cfg: HeadsRecipeConfig, ck_dir: Path | None, device: str = "cpu",
                "models": models, "seconds": wall}
     payload["report"] = report(payload)
     return payload, weights
-
-
-def load_model(result: dict, weights: dict, variant: str, seed: int) -> GPT:
-    cfg = HeadsRecipeConfig.from_dict(result["config"])
-    model = build(cfg, result["config"]["vocab_size"], variant, seed)
-    model.load_state_dict({k: v.float() for k, v in weights[f"{variant}/{seed}"].items()})
-    return model.eval()
 
 
 def _interval(values) -> list[float]:

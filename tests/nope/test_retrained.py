@@ -1,7 +1,7 @@
 """The NoPE model and its learned-position control trained with the recipe that learns
-(lncourse.nope.retrained), and the old run's stall read with the same lenses: every
-stored number recomputes from the stored weights, and the claims fail on contrary
-numbers."""
+(lncourse.nope.retrained, with retrained_models and retrained_report), and the old run's
+stall read with the same lenses: every stored number recomputes from the stored weights,
+and the claims fail on contrary numbers."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.lm import context_gain, position_losses
+from lncourse.lm_recipe import context_gain, position_losses
 from lncourse.nope import retrained as R
+from lncourse.nope import retrained_models as M
+from lncourse.nope import retrained_report as RR
 from lncourse.nope.trained import profiles, slopes
 from lncourse.results import RESULTS_DIR
 
@@ -33,25 +35,25 @@ def tiny(tmp_path_factory):
 
 def test_tiny_run_stores_what_recomputes(tiny):
     result, weights = tiny
-    assert result["sweep_rule"] and set(result["chosen_lr"]) == set(R.VARIANTS)
-    cfg = R.RetrainConfig.from_dict(result["config"])
-    for variant in R.VARIANTS:
+    assert result["sweep_rule"] and set(result["chosen_lr"]) == set(M.VARIANTS)
+    cfg = M.RetrainConfig.from_dict(result["config"])
+    for variant in M.VARIANTS:
         run = result["models"][variant][0]
-        again = R.measure(R.load_models(result, weights, variant, run["seed"]), cfg,
+        again = R.measure(M.load_models(result, weights, variant, run["seed"]), cfg,
                           run["seed"])
         assert again["test_loss"] == pytest.approx(run["test_loss"], abs=1e-5)
         np.testing.assert_allclose(again["positions"]["model"], run["positions"]["model"],
                                    atol=1e-5)
         np.testing.assert_allclose(again["profiles"]["variance"],
                                    run["after"]["variance"], rtol=1e-4)
-    assert R.report(result) == result["report"]
+    assert RR.report(result) == result["report"]
 
 
 def test_a_crashed_sweep_part_resumes_and_the_rule_reads_its_record(tmp_path,
                                                                      monkeypatch):
     monkeypatch.setattr(R, "RESULTS_DIR", tmp_path)
     R.main(["--preset", "tiny", "--quiet", "--part", "sweep/NoPE/0,sweep/NoPE/1"])
-    records = R._sweep_records(R.PRESETS["tiny"](), tmp_path / "checkpoints" /
+    records = R._sweep_records(M.PRESETS["tiny"](), tmp_path / "checkpoints" /
                                "nope_trained_recipe_tiny", "NoPE")
     assert [r["lr"] for r in records] == [1e-3, 1e-2]
     with pytest.raises(RuntimeError, match="not finished"):
@@ -67,11 +69,11 @@ def _stored():
 
 def test_stored_run_recomputes_from_its_weights():
     result, weights = _stored()
-    cfg = R.RetrainConfig.from_dict(result["config"])
-    tok, train_ids, test_ids = R._data()
-    for variant in R.VARIANTS:
+    cfg = M.RetrainConfig.from_dict(result["config"])
+    tok, train_ids, test_ids = M._data()
+    for variant in M.VARIANTS:
         run = result["models"][variant][0]
-        model = R.load_models(result, weights, variant, run["seed"])
+        model = M.load_models(result, weights, variant, run["seed"])
         pos = position_losses(model, train_ids, test_ids, windows=cfg.loss_windows,
                               block_size=cfg.block_size, seed=run["seed"] + 100,
                               vocab_size=tok.vocab_size)
@@ -83,7 +85,7 @@ def test_stored_run_recomputes_from_its_weights():
                                        run["after"]["variance"][layer][3], rtol=1e-3)
             assert slopes(run["after"]["variance"][layer]).mean() == pytest.approx(
                 run["after"]["layers"][layer]["slope"], abs=1e-12)
-    assert R.report(result) == result["report"]
+    assert RR.report(result) == result["report"]
 
 
 def test_stored_claims_hold_and_fail_on_contrary_numbers():
@@ -91,7 +93,7 @@ def test_stored_claims_hold_and_fail_on_contrary_numbers():
     # what the replication page says: the control learned (0.3 nats below the bigram)
     # and uses its context; the NoPE model, at the same rate and steps, is below the
     # bigram but short of the 0.3 bar, and its late-position gain is under 0.1 nats
-    assert R.claims(result) == {
+    assert RR.claims(result) == {
         "NoPE learned": False, "NoPE below bigram": True, "NoPE uses context": False,
         "NoPE complete": True, "learned learned": True, "learned below bigram": True,
         "learned uses context": True, "learned complete": True}
@@ -100,7 +102,7 @@ def test_stored_claims_hold_and_fail_on_contrary_numbers():
         for r in runs:
             r["test_loss"] = 2.54
             r["positions"]["model"] = r["positions"]["bigram"]
-    assert not any(v for k, v in R.claims(stalled).items() if not k.endswith("complete"))
+    assert not any(v for k, v in RR.claims(stalled).items() if not k.endswith("complete"))
 
 
 def test_stall_is_at_the_bigram_level():
@@ -111,7 +113,7 @@ def test_stall_is_at_the_bigram_level():
     assert abs(stall["history"]["test_loss"][-1] - bigram) < 0.05
     gain = context_gain(stall["positions"], stall["config"]["late_start"])
     assert gain == stall["late"]
-    again = R.stall(windows=stall["config"]["windows"],
+    again = RR.stall(windows=stall["config"]["windows"],
                     late_start=stall["config"]["late_start"])     # from the stored weights
     np.testing.assert_allclose(again["positions"]["model"], stall["positions"]["model"],
                                atol=1e-4)

@@ -14,6 +14,7 @@ import torch
 
 from lncourse.norms import context_use as C
 from lncourse.norms import retrained as R
+from lncourse.norms import retrained_models as M
 from lncourse.norms import trained
 from lncourse.results import RESULTS_DIR
 
@@ -32,11 +33,11 @@ def tiny(tmp_path_factory):
 
 
 def _recomputes(result, weights):
-    cfg = R.HeadsRecipeConfig.from_dict(result["config"])
+    cfg = M.HeadsRecipeConfig.from_dict(result["config"])
     contexts = torch.tensor(result["contexts"])
     for variant, runs in result["models"].items():
         run = runs[0]
-        model = R.load_model(result, weights, variant, run["seed"])
+        model = M.load_model(result, weights, variant, run["seed"])
         again = R.measure(model, cfg, run["seed"])
         assert again["test_loss"] == pytest.approx(run["test_loss"], abs=1e-5)
         np.testing.assert_allclose(again["positions"]["model"], run["positions"]["model"],

@@ -1,0 +1,122 @@
+"""What chapter 5's recipe run of the per-head models trains
+(:mod:`lncourse.norms.retrained`): its configuration (dh = 2, so every head's keys are
+counted exactly) and presets, the data, the held-out contexts the keys are counted on,
+and the models, fresh or as the stored run holds them.
+Shapes: contexts (S, T).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from lncourse.lm_recipe import Recipe
+from lncourse.norms.trained import VARIANTS
+from lncourse.rng import generator, seeded
+from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
+from lncourse.transformer import GPT, TransformerConfig
+
+__all__ = ["HeadsRecipeConfig", "PRESETS", "build", "contexts_of", "load_model"]
+
+
+@dataclass(frozen=True)
+class HeadsRecipeConfig:
+    """The per-head models (dh = d_model / n_heads = 2), the recipe and the sweep."""
+
+    d_model: int = 8
+    n_heads: int = 4
+    n_layers: int = 4
+    block_size: int = 256
+    batch_size: int = 32
+    steps: int = 6000
+    warmup: int = 300
+    min_lr_ratio: float = 0.1
+    clip: float = 1.0
+    eval_every: int = 500
+    eval_batches: int = 8
+    sweep_lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2)
+    sweep_steps: int = 600
+    contexts: int = 16
+    loss_windows: int = 128
+    late_start: int = 128
+    seeds: tuple[int, ...] = (0, 1, 2)
+    variants: tuple[str, ...] = tuple(VARIANTS)
+
+    def __post_init__(self):
+        unknown = set(self.variants) - set(VARIANTS)
+        if unknown or not self.variants:
+            raise ValueError(f"variants must be some of {list(VARIANTS)}, got "
+                             f"{self.variants}")
+        if self.d_model != 2 * self.n_heads:
+            raise ValueError("per-head counting needs dh = 2: d_model = 2 * n_heads, got "
+                             f"{self.d_model} and {self.n_heads}")
+
+    def recipe(self) -> Recipe:
+        return Recipe(steps=self.steps, batch_size=self.batch_size,
+                      block_size=self.block_size, warmup=self.warmup,
+                      min_lr_ratio=self.min_lr_ratio, clip=self.clip,
+                      eval_every=self.eval_every, eval_batches=self.eval_batches)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HeadsRecipeConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v
+                      for k, v in d.items() if k in names})
+
+
+def _wide() -> HeadsRecipeConfig:
+    """dh = 2 in a wider model: d = 32, 16 heads."""
+    return HeadsRecipeConfig(d_model=32, n_heads=16)
+
+
+def _tiny() -> HeadsRecipeConfig:
+    return HeadsRecipeConfig(block_size=32, batch_size=4, steps=10, warmup=2, eval_every=5,
+                             eval_batches=1, sweep_lrs=(1e-3, 1e-2), sweep_steps=4,
+                             contexts=3, loss_windows=4, late_start=16, seeds=(0, 1))
+
+
+def _cpu() -> HeadsRecipeConfig:
+    """Chapter 2's model (d 8, 4 heads, 4 layers, T 256) as far as a shared 2-core CPU
+    (load average 15) trains it in 40 minutes: DyT alone (the variant that stayed at the
+    unigram level), batch 16, 800 steps (40 of warm-up), a sweep of 3 rates over 100
+    steps, one seed; 64 windows for the per-position loss."""
+    return HeadsRecipeConfig(batch_size=16, steps=800, warmup=40, eval_every=100,
+                             eval_batches=4, sweep_steps=100, loss_windows=64,
+                             seeds=(0,), variants=("DyT",))
+
+
+PRESETS = {"paper": HeadsRecipeConfig, "wide": _wide, "cpu": _cpu, "tiny": _tiny}
+
+
+@functools.lru_cache(maxsize=1)
+def _data():
+    text = load_shakespeare()
+    train_text, test_text = split_text(text)
+    tok = CharTokenizer.from_text(text)
+    return tok, tok.encode(train_text), tok.encode(test_text)
+
+
+def build(cfg: HeadsRecipeConfig, vocab_size: int, variant: str, seed: int) -> GPT:
+    """A fresh model of ``variant`` (seeded)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
+    with seeded(seed):
+        return GPT(TransformerConfig(vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads,
+                                     n_layers=cfg.n_layers, block_size=cfg.block_size,
+                                     **VARIANTS[variant]))
+
+
+def contexts_of(cfg: HeadsRecipeConfig, test_ids: torch.Tensor) -> torch.Tensor:
+    """The held-out contexts the keys are counted on (those of the old run's draw)."""
+    x, _ = sample_batch(test_ids, cfg.contexts, cfg.block_size, generator(12345))
+    return x
+
+
+def load_model(result: dict, weights: dict, variant: str, seed: int) -> GPT:
+    cfg = HeadsRecipeConfig.from_dict(result["config"])
+    model = build(cfg, result["config"]["vocab_size"], variant, seed)
+    model.load_state_dict({k: v.float() for k, v in weights[f"{variant}/{seed}"].items()})
+    return model.eval()
