@@ -4,7 +4,8 @@ Where things live (AUTHORING.md has the whole map):
 
 * the core, at the root, which every chapter uses: LayerNorm (:mod:`.layernorm`) and
   folding it (:mod:`.folding`), attention, the small GPT and its training loop
-  (:mod:`.transformer`, :mod:`.lm`), text, MiniLM, SmolLM2 (:mod:`.smollm2`), rng, device,
+  (:mod:`.transformer`, :mod:`.lm`; its recipe and the reference losses, :mod:`.lm_recipe`),
+  text, MiniLM, SmolLM2 (:mod:`.smollm2`), rng, device,
   progress, stored results and checkpoints, modes, the papers' numbers (:mod:`.paper`), claims and summaries
   (:mod:`.claims`, :mod:`.summary`), the figures' style (:mod:`.plotting`) and the guard
   the exercise checks call a learner's function through (:mod:`.guard`);
