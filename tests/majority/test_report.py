@@ -118,6 +118,9 @@ def _first_of_each_variant(run: dict) -> set[int]:
     return {run["variant"].index(v) for v in dict.fromkeys(run["variant"])}
 
 
+FLIPS = 32    # argmax decisions a last-bit difference may flip per model and step
+
+
 def check_snapshots(path, subset=None) -> int:
     """Evaluates the stored parameters of the models in ``subset`` (all when None) on the
     run's test set and checks them against the stored curve: at every snapshot step the
@@ -133,6 +136,7 @@ def check_snapshots(path, subset=None) -> int:
     one = majority.stack_params([initial_model(config.variants[0], config.seeds[0], config)])
     shapes = {k: tuple(v.shape[1:]) for k, v in one.items()}
     acc, steps = np.asarray(run["test_acc"]), run["step"]
+    tokens = float(data["test_counts"].sum())     # every test token, one decision each
     subset = set(range(acc.shape[1])) if subset is None else set(subset)
     recomputed = {}
     for step in S.snapshot_steps(run):
@@ -143,7 +147,15 @@ def check_snapshots(path, subset=None) -> int:
         picked = {k: v[rows] for k, v in params.items()}
         chosen = [models[i] for i in rows]
         got, _ = _evaluate(picked, tuple(run["variant"][m] for m in chosen), data)
-        np.testing.assert_allclose(got.numpy(), acc[steps.index(step), chosen], atol=1e-6,
+        # Per-token accuracy is a count of argmax decisions over every test token (1,000,200
+        # of them). A token whose two largest logits agree to the last float32 bits can flip
+        # on another CPU: 2 tokens between two AMD EPYCs (issue 32: 0.7784196 against
+        # 0.7784175), 9 between the stored run's EPYC and an AVX-512 Xeon. FLIPS allows a
+        # few times the most seen, 1/tokens each, and nothing more, so an edited accuracy
+        # (any change of 1e-4 and up) still fails. (Counting each model's near-tied tokens
+        # from its logits would make this exact; not done yet.)
+        np.testing.assert_allclose(got.numpy(), acc[steps.index(step), chosen],
+                                   rtol=0, atol=FLIPS / tokens + 1e-9,
                                    err_msg=f"{path.name}, step {step}")
         recomputed.update({(step, m): float(a) for m, a in zip(chosen, got)})
     for step in S.REPORTED_STEPS + (config.steps,):
