@@ -112,7 +112,9 @@ def test_a_deterministic_cell_that_prints_other_numbers_fails(tmp_path):
 # build executes them.
 SLOW = {"02_unselectable_keys", "03_majority", "04_nope",
         "02_unselectable_keys_replication",   # it trains the build's pair again
-        "04_nope_replication"}   # it trains the build's probes
+        "04_nope_replication",   # it trains the build's probes
+        "03_majority_replication",   # it trains the 2 x 2 design again (about 8 min)
+        "05_norms_replication"}   # its trained heads, logit and Peri-LN runs (4-8 min)
 
 
 @pytest.mark.notebooks
