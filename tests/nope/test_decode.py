@@ -101,9 +101,27 @@ def test_stored_decode_errors_recompute_from_predictions(stored):
 
 @pytest.mark.slow
 def test_stored_decode_replays_seed_0(stored):
-    """Seed 0 trained again from scratch gives the stored predictions (about 90 s)."""
+    """Seed 0 trained again from scratch gives the stored run's errors (about 90 s).
+
+    400 Adam updates carry a last-bit difference of another CPU's kernels (issue 32) into
+    the probe's weights, so its posteriors and their readings move: on an AVX-512 Xeon
+    against the stored run's AMD EPYC, 92% of the argmax predictions, 56% of the medians
+    and 41% of the means stayed identical, and the errors per reading and depth moved by
+    up to 1.2 positions. So the replay compares what the chapter reports and concludes
+    from: each reading's error per depth within REPLAY_MAE positions of the stored one
+    (the conclusions rest on differences of 20 positions and more between readings), and
+    the median's gain over the argmax within twice that."""
     cfg = nope_ablation.PRESETS["cpu"]()
     got = decode.decode_seed(cfg, 0)
     preds = np.load(STORED.with_name(stored["predictions"]))
+    run = next(r for r in stored["runs"] if r["seed"] == 0)
     for k in decode.READINGS:
-        np.testing.assert_array_equal(got["predictions"][k], preds[f"0_{k}"])
+        assert np.asarray(got["predictions"][k]).shape == preds[f"0_{k}"].shape
+        np.testing.assert_allclose(got["mae"][k], run["mae"][k], rtol=0, atol=REPLAY_MAE,
+                                   err_msg=k)
+    gain = np.subtract(got["mae"]["median"], got["mae"]["argmax"])
+    stored_gain = np.subtract(run["mae"]["median"], run["mae"]["argmax"])
+    np.testing.assert_allclose(gain, stored_gain, rtol=0, atol=2 * REPLAY_MAE)
+
+
+REPLAY_MAE = 2.5     # positions: twice the largest drift seen across CPUs
