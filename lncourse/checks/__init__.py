@@ -19,8 +19,9 @@ from lncourse.checks.layernorm_grad import (  # noqa: F401
 )
 from lncourse.checks.majority import (  # noqa: F401
     check_attend_counts, check_has_clear_majority, check_norm_without_projection,
-    check_projection_main_effect, check_query_angle, check_uniform_query_weights,
+    check_query_angle, check_uniform_query_weights,
 )
+from lncourse.checks.majority_stats import check_projection_main_effect  # noqa: F401
 from lncourse.checks.selectability import (  # noqa: F401
     check_braid_reflect, check_causal_unselectable, check_ellipsoid_query,
     check_hull_vertices_2d, check_unselectable_lp,

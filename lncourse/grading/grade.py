@@ -182,7 +182,7 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
 
 def main(argv: list[str] | None = None) -> int:
     from lncourse.grading import cli as grade_cli
-    from lncourse.grading.contain import guarantees
+    from lncourse.grading.guarantees import guarantees
 
     parser = grade_cli.parser(__doc__, TIMEOUT, MEMORY_MB)
     args = parser.parse_args(argv)

@@ -8,9 +8,10 @@ import pytest
 from answers import RIGHT, WRONG
 from conftest import assert_check_passes, raised_message
 from lncourse import checks
-from lncourse.checks import layernorm, layernorm_grad, majority, nope, norms, selectability
+from lncourse.checks import (layernorm, layernorm_grad, majority, majority_stats, nope, norms,
+                             selectability)
 
-MODULES = [layernorm, layernorm_grad, selectability, majority, nope, norms]
+MODULES = [layernorm, layernorm_grad, selectability, majority, majority_stats, nope, norms]
 FUNCTIONS = [f for module in MODULES for f in module.MISTAKES]
 
 

@@ -9,10 +9,11 @@ import torch
 
 from answers import RIGHT
 from lncourse import checks
-from lncourse.checks import layernorm, layernorm_grad, majority, nope, selectability
+from lncourse.checks import (layernorm, layernorm_grad, majority, majority_stats, nope,
+                             selectability)
 
-FUNCTIONS = [f for m in (layernorm, layernorm_grad, selectability, majority, nope)
-             for f in m.MISTAKES]
+FUNCTIONS = [f for m in (layernorm, layernorm_grad, selectability, majority, majority_stats,
+                         nope) for f in m.MISTAKES]
 
 
 def spoil(value, bad):
