@@ -54,6 +54,12 @@ $PY scripts/build_watch.py --dir "$WATCH" --stall-after "$STALL_AFTER" &
 watch_pid=$!
 trap 'kill $watch_pid 2>/dev/null || true' EXIT
 
+# The teaching page's worked example grades the solution editions, so they exist before
+# the build; the grader reads only their code. They are written again after the build,
+# with the build's values in their prose.
+rm -rf _build/notebooks
+$PY scripts/editions.py --out _build/notebooks >/dev/null 2>&1 \
+  || $PY scripts/editions.py --out _build/notebooks
 echo "[site] building the book (chapters executed and cached in _build/.jupyter_cache)"
 start=$(date +%s)
 status=0
