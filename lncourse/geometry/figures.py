@@ -90,7 +90,7 @@ def ln_pipeline_3d(points, projected, scaled, gamma=PIPELINE_GAMMA, beta=PIPELIN
     return fig
 
 
-def ln_pipeline_demo(n: int = 200, seed: int = 0) -> Figure:
+def ln_pipeline_demo(n: int = 200, seed: int = 0, ax=None) -> Figure:
     """Figure 1.1 for pages without chapter 1's cells (the course's front page): a
     fixed cloud, centred and scaled by :mod:`lncourse.layernorm`, drawn by
     :func:`ln_pipeline_3d`."""
@@ -103,7 +103,7 @@ def ln_pipeline_demo(n: int = 200, seed: int = 0) -> Figure:
              * torch.tensor([0.9, 0.6, 0.3], dtype=torch.float64)
              + torch.tensor([1.9, 1.5, 1.7], dtype=torch.float64))
     centred = project(cloud)
-    return ln_pipeline_3d(cloud.numpy(), centred.numpy(), scale(centred).numpy())
+    return ln_pipeline_3d(cloud.numpy(), centred.numpy(), scale(centred).numpy(), ax=ax)
 
 
 def plane_to_two_points(plane_points, images, v, ones_coeff, ax=None) -> Figure:

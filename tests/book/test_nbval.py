@@ -64,7 +64,9 @@ def test_every_chapter_marks_deterministic_cells():
     for source in CHAPTERS:
         nb = jupytext.read(source)
         marked = [c for c in nb.cells if "deterministic" in c.metadata.get("tags", [])]
-        assert len(marked) >= 3, f"{source.name} tags only {len(marked)} cells deterministic"
+        # a replication page's numbers are guarded by its chapter's ledger; it needs one
+        need = 1 if source.stem.endswith("_replication") else 3
+        assert len(marked) >= need, f"{source.name} tags only {len(marked)} cells deterministic"
 
 
 def run_nbval(path, rootdir, *options: str) -> subprocess.CompletedProcess:
