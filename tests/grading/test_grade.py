@@ -315,8 +315,9 @@ def test_names_are_followed_through_helpers_and_constants(tmp_path):
         "SCALE = 1.0\nexpensive = train_for_hours()\n\ndef helper(v):\n"
         "    return v.cumsum(-2) / torch.arange(1, v.shape[-2] + 1, dtype=v.dtype)[:, None]"))
     nbformat.write(nb, tmp_path / "helpers.ipynb")
-    program, _ = program_for(read_submission(tmp_path / "helpers.ipynb"),
-                             find_chapter("04_nope").exercises[0])
+    running_mean = next(e for e in find_chapter("04_nope").exercises
+                        if e.function == "running_mean")
+    program, _ = program_for(read_submission(tmp_path / "helpers.ipynb"), running_mean)
     code = [s for _, source, indices in program.cells for s in _statements(source, indices)]
     assert "SCALE = 1.0" in code and any(s.startswith("def helper") for s in code)
     assert not any("train_for_hours" in s for s in code)
