@@ -25,7 +25,7 @@ from lncourse.rng import check_seed
 from lncourse.summary import paired_interval
 from lncourse.text import sample_batch
 
-__all__ = ["lr_at", "reference_tables", "reference_losses", "position_losses",
+__all__ = ["sweep_run", "lr_at", "reference_tables", "reference_losses", "position_losses",
            "context_gain", "with_references", "Recipe", "SWEEP_RULE", "choose_lr"]
 
 
@@ -191,3 +191,25 @@ def choose_lr(runs: list[dict]) -> float:
     if not ok:
         raise ValueError("every run of the sweep diverged: no learning rate to choose")
     return min(ok, key=lambda r: (r["train_loss"], r["lr"]))["lr"]
+
+
+def sweep_run(lr: float, train, record=None) -> dict:
+    """One short run of a learning-rate sweep, as its record: ``train()`` returns
+    ``(model, history, timing)``; a run that diverges (FloatingPointError) is kept with
+    ``train_loss`` None. ``record`` (a path or None): where a finished run is kept, small,
+    and read back instead of training again."""
+    import json
+
+    if record is not None and record.exists():
+        return json.loads(record.read_text())
+    try:
+        _, history, timing = train()
+    except FloatingPointError as err:
+        out = {"lr": lr, "train_loss": None, "diverged": str(err)}
+    else:
+        out = {"lr": lr, "train_loss": history["train_loss"][-1], "history": history,
+               "sessions": timing.get("sessions", []),
+               "seconds": timing.get("seconds", 0.0)}
+    if record is not None:
+        record.write_text(json.dumps(out))
+    return out

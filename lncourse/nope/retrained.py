@@ -47,7 +47,7 @@ import torch
 
 from lncourse.checkpoint import load_checkpoint
 from lncourse.lm import evaluate_lm, slim_checkpoint, train_lm
-from lncourse.lm_recipe import (SWEEP_RULE, Recipe, choose_lr, position_losses,
+from lncourse.lm_recipe import (SWEEP_RULE, Recipe, choose_lr, position_losses, sweep_run,
                                 reference_losses, with_references)
 from lncourse.nope.retrained_models import (PRESETS, VARIANTS, RetrainConfig, _data,
                                             build)
@@ -82,22 +82,10 @@ def run_sweep(cfg: RetrainConfig, variant: str, index: int, ck_dir: Path | None,
     final training loss (None if it diverged), history and timing."""
     lr = cfg.sweep_lrs[index]
     record = _ck(ck_dir, "sweep", variant, index).with_suffix(".json") if ck_dir else None
-    if record is not None and record.exists():      # a finished sweep run, kept small
-        return json.loads(record.read_text())
     recipe = cfg.recipe().short(cfg.sweep_steps)
-    try:
-        _, history, timing = _train(cfg, recipe, variant, 0, lr,
-                                    _ck(ck_dir, "sweep", variant, index) if ck_dir else None,
-                                    device, progress)
-    except FloatingPointError as err:
-        out = {"lr": lr, "train_loss": None, "diverged": str(err)}
-    else:
-        out = {"lr": lr, "train_loss": history["train_loss"][-1], "history": history,
-               "sessions": timing.get("sessions", []),
-               "seconds": timing.get("seconds", 0.0)}
-    if record is not None:
-        record.write_text(json.dumps(out))
-    return out
+    return sweep_run(lr, lambda: _train(
+        cfg, recipe, variant, 0, lr, _ck(ck_dir, "sweep", variant, index) if ck_dir else None,
+        device, progress), record)
 
 
 def sweep_choice(sweep: dict) -> dict:

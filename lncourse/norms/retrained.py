@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from lncourse.lm import evaluate_lm, slim_checkpoint, train_lm
-from lncourse.lm_recipe import (SWEEP_RULE, choose_lr, context_gain, position_losses,
+from lncourse.lm_recipe import (SWEEP_RULE, choose_lr, context_gain, position_losses, sweep_run,
                                 reference_losses, with_references)
 from lncourse.norms.heads import mean_interval
 from lncourse.norms.retrained_models import (PRESETS, HeadsRecipeConfig, _data, build,
@@ -72,21 +72,9 @@ def run_sweep(cfg: HeadsRecipeConfig, variant: str, index: int, ck_dir: Path | N
     """One short run of the sweep (seed 0): lr and final training loss (None: diverged)."""
     lr = cfg.sweep_lrs[index]
     record = _ck(ck_dir, "sweep", variant, index).with_suffix(".json") if ck_dir else None
-    if record is not None and record.exists():      # a finished sweep run, kept small
-        return json.loads(record.read_text())
-    try:
-        _, history, timing = _train(cfg, cfg.recipe().short(cfg.sweep_steps), variant, 0,
-                                    lr, _ck(ck_dir, "sweep", variant, index)
-                                    if ck_dir else None, device, progress)
-    except FloatingPointError as err:
-        out = {"lr": lr, "train_loss": None, "diverged": str(err)}
-    else:
-        out = {"lr": lr, "train_loss": history["train_loss"][-1], "history": history,
-               "sessions": timing.get("sessions", []),
-               "seconds": timing.get("seconds", 0.0)}
-    if record is not None:
-        record.write_text(json.dumps(out))
-    return out
+    return sweep_run(lr, lambda: _train(
+        cfg, cfg.recipe().short(cfg.sweep_steps), variant, 0, lr,
+        _ck(ck_dir, "sweep", variant, index) if ck_dir else None, device, progress), record)
 
 
 def sweep_choice(sweep: dict) -> dict:
