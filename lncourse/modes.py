@@ -31,3 +31,37 @@ def scaled(value: int, scale: float, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"expected a non-negative integer size, got {value!r}")
     return max(minimum, int(round(value * scale)))
+
+
+SHARED_RUNS_ENV = "LNCOURSE_SHARED_RUNS"
+
+
+def shared_checkpoint(name: str, config=None, suffix: str = ".ckpt"):
+    """Where a page's run may be shared with another page of the same build, or None.
+
+    Two pages of the book train the same fast-mode run (chapter 3's lesson and its
+    replication page). The site build sets ``LNCOURSE_SHARED_RUNS`` to a folder it empties
+    before executing; a trainer that resumes from a checkpoint then trains once and the
+    second page resumes at the last step, with the same history (the trainers' resume
+    is exact: tests/majority/test_task.py). Outside the build (a reader's notebook, Colab)
+    the variable is unset and every page trains its own run. ``config`` (a dataclass)
+    goes into the file name, so two pages share a run only when they train the same one.
+    ``suffix=""`` gives a prefix, for a trainer that names one file per model.
+    """
+    import dataclasses
+    import hashlib
+    import json
+    import os
+    from pathlib import Path
+
+    if not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"a shared run's name is letters, digits, - and _, got {name!r}")
+    folder = os.environ.get(SHARED_RUNS_ENV)
+    if not folder:
+        return None
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        key = json.dumps(dataclasses.asdict(config), sort_keys=True, default=str)
+        name = f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    return path / f"{name}{suffix}"

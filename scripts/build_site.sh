@@ -27,6 +27,11 @@ export LNCOURSE_NO_WIDGETS=1
 # Figures are also drawn for a phone's column (panels stacked, text of at least 10 px),
 # stored inside each figure's PNG and served to narrow screens by book/_ext/phone_figures.py.
 export LNCOURSE_SITE_FIGURES=1
+# A fast-mode run that two pages train (chapter 3's lesson and its replication page) is
+# trained once per build and resumed at its end by the second page
+# (lncourse.modes.shared_checkpoint); emptied here so each build trains it afresh.
+export LNCOURSE_SHARED_RUNS=$PWD/_build/shared-runs
+rm -rf "$LNCOURSE_SHARED_RUNS"
 
 # MathJax is served from the site itself (no CDN): fetch it once from the npm registry.
 MATHJAX_VERSION=3.2.2

@@ -20,7 +20,9 @@ one source line of the course's Markdown (wrapped at 88-90 characters). For the 
 100 px of the figure to be on the first screen, at most (470 - 100) / 27, about 14,
 lines may come before it. A collapsed code cell (``hide-input``) shows a one-line bar
 and, below it, usually one line of output: 2 lines; an admonition's title bar is one
-line; a cell removed from the page (``remove-cell``) is none.
+line; a cell whose input is removed from the page (``remove-input``) shows its output,
+usually one line (the parameters cell has none); a cell removed from the page
+(``remove-cell``) is none.
 
 Lessons whose split into a lesson and a replication page has not landed yet (chapters 2
 to 5 without their ``_replication.md``) are expected to fail (``xfail``, not strict):
@@ -120,7 +122,9 @@ def lines_before_first_figure(text: str) -> int | None:
             tags = _tags(t)
             if "remove-cell" in tags:
                 continue
-            if tags & {"hide-input", "hide-cell", "remove-input"}:
+            if "remove-input" in tags:
+                lines += 0 if "parameters" in tags else 1   # its output, if any
+            elif tags & {"hide-input", "hide-cell"}:
                 lines += 2
             else:
                 body = re.sub(r"\A---\n.*?\n---\n|\A(:[\w-]+:[^\n]*\n)+", "", t, flags=re.S)

@@ -39,8 +39,16 @@ def _errors(nb):
             for out in cell.get("outputs", []) if out.output_type == "error"]
 
 
+# A replication page has no exercises: its student edition is its solution edition, which
+# the site build executes in fast mode. Its full mode (the stored runs' configurations,
+# scaled down) takes 30-75 s of CPU a page, so the test command leaves it to the slow
+# suite; a lesson's runs in both suites.
+STUDENT_RUNS = [pytest.param(p, marks=pytest.mark.slow) if p.stem.endswith("_replication")
+                else p for p in CHAPTERS]
+
+
 @pytest.mark.notebooks
-@pytest.mark.parametrize("source", CHAPTERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("source", STUDENT_RUNS, ids=lambda p: p.stem)
 def test_student_notebook_raises_only_not_implemented(source, tmp_path):
     student = build_editions(source)["student"]
     n_exercises = sum("exercise" in c.metadata.get("tags", []) for c in student.cells)

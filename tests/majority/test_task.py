@@ -454,3 +454,31 @@ def test_scaled_config_keeps_data_and_model_and_shrinks_steps_and_seeds():
     assert tiny.steps == 10 and tiny.eval_every == 10
     with pytest.raises(ValueError, match=r"SCALE must lie in \(0, 1\]"):
         paper.scaled(0.0)
+
+
+def test_a_finished_run_is_shared_without_training_again(tmp_path, monkeypatch):
+    """Chapter 3's lesson and replication page share their fast-mode run in the site build
+    (lncourse.modes.shared_checkpoint): the second call resumes at the last step, trains
+    no step, and returns the first call's history."""
+    from lncourse.modes import SHARED_RUNS_ENV, shared_checkpoint
+
+    monkeypatch.delenv(SHARED_RUNS_ENV, raising=False)
+    assert shared_checkpoint("majority-fast") is None          # a reader's notebook
+    monkeypatch.setenv(SHARED_RUNS_ENV, str(tmp_path / "runs"))
+    path = shared_checkpoint("majority", SMALL)
+    assert path.parent.is_dir() and path.name.startswith("majority-")
+    assert shared_checkpoint("majority", SMALL) == path
+    assert shared_checkpoint("majority", dataclasses.replace(SMALL, lr=2e-3)) != path
+    assert shared_checkpoint("majority", SMALL, suffix="") == path.with_suffix("")
+    with pytest.raises(ValueError, match="letters"):
+        shared_checkpoint("../escape")
+    first = train(SMALL, checkpoint_path=path, show_progress=False)
+
+    def no_step(step):
+        raise AssertionError(f"trained step {step} again")
+
+    again = train(SMALL, checkpoint_path=path, show_progress=False, _on_step=no_step)
+    for key in ("step", "train_loss", "test_acc", "query_angle", "trace", "final_params",
+                "snapshots"):
+        assert again[key] == first[key], key
+    assert again["seconds"] == pytest.approx(first["seconds"], rel=0.05)
