@@ -77,7 +77,8 @@ TASKS=(students unit replay-avx2 site grading colab nbval)
 NEEDS_SITE=" nbval site "
 task() {
   case "$1" in
-    students) $PY -m pytest -m notebooks -k student -p no:cacheprovider -q --durations=0 ;;
+    students) $PY -m pytest -m "notebooks and not slow" -k student -p no:cacheprovider -q \
+                --durations=0 ;;
     unit) $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider -q \
             --ignore=tests/book/test_colab.py --ignore=tests/grading --durations=10 ;;
     replay-avx2) ATEN_CPU_CAPABILITY=avx2 LNCOURSE_PORTABLE_KERNEL=1 $PY -m pytest \
@@ -129,7 +130,9 @@ run_queue B > _build/lane-b.log 2>&1 &
 lane_b=$!
 
 stamp "lane A: site build"
-if time bash scripts/build_site.sh; then
+# the build reads (executes) its pages in two processes (scripts/jupyter_book.py): the
+# site tasks wait for it, so it is the run's critical path
+if time LNCOURSE_BUILD_JOBS=${LNCOURSE_BUILD_JOBS:-2} bash scripts/build_site.sh; then
   touch _build/.site-built
   stamp "lane A: site built"
   run_queue A

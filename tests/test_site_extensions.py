@@ -52,3 +52,24 @@ def test_the_phone_png_is_taken_out_of_the_figure_png(monkeypatch):
     assert Image.open(io.BytesIO(page)).tobytes() == full.tobytes()
     assert png_size(phone) == Image.open(io.BytesIO(phone)).size
     assert split_png(page) == (page, None)
+
+
+def test_sidebar_expanders_are_named_after_their_chapter():
+    """axe-core's summary-name on every page (stop 31): the theme's expander of a chapter
+    with pages under it held only an icon. toc_labels names it; a summary that follows no
+    link (none in the theme's sidebar) is left alone, and the title is escaped once."""
+    from toc_labels import name_expanders
+
+    theme = ('<li class="toctree-l1"><a class="reference internal" href="01.html">1. One</a>'
+             '</li><li class="toctree-l1 current active has-children"><a class="current '
+             'reference internal" href="#">2. Keys &amp; LayerNorm&#8217;s <em>scaling</em>'
+             '</a><details open="open"><summary><span class="toctree-toggle" role='
+             '"presentation"><i class="fa-solid fa-chevron-down"></i></span></summary><ul>'
+             '<li class="toctree-l1 has-children"><a class="reference internal" href="03.html">'
+             '3. Majority</a><details><summary><span></span></summary>'
+             '<details><summary>Show code</summary>')
+    named = name_expanders(theme)
+    assert named.count('<summary aria-label=') == 2
+    assert '<summary aria-label="Pages under 2. Keys &amp; LayerNorm’s scaling">' in named
+    assert '<summary aria-label="Pages under 3. Majority">' in named
+    assert named.endswith("<details><summary>Show code</summary>")
