@@ -7,7 +7,7 @@ Sphinx reads (and MyST-NB executes) the pages in N processes, each a chunk of th
 name order. ``scripts/test.sh`` builds with 2, so the site is ready sooner while the other
 lane runs the unit tests beside it.
 
-    python scripts/jupyter_book.py build . --builder html -n -W --keep-going
+    python scripts/build_book.py build . --builder html -n -W --keep-going
 """
 
 import functools
