@@ -68,7 +68,7 @@ $PY scripts/editions.py --out _build/notebooks >/dev/null 2>&1 \
 echo "[site] building the book (chapters executed and cached in _build/.jupyter_cache)"
 start=$(date +%s)
 status=0
-$PY scripts/build_book.py build . --builder html -n -W --keep-going || status=$?
+.venv/bin/jupyter-book build . --builder html -n -W --keep-going || status=$?
 if [ -s "$WATCH/STALLED" ]; then
   echo "[site] FAILED: a notebook stalled:" >&2
   sed 's/^/[site]   /' "$WATCH/STALLED" >&2

@@ -130,9 +130,7 @@ run_queue B > _build/lane-b.log 2>&1 &
 lane_b=$!
 
 stamp "lane A: site build"
-# the build reads (executes) its pages in two processes (scripts/build_book.py): the
-# site tasks wait for it, so it is the run's critical path
-if time LNCOURSE_BUILD_JOBS=${LNCOURSE_BUILD_JOBS:-2} bash scripts/build_site.sh; then
+if time bash scripts/build_site.sh; then
   touch _build/.site-built
   stamp "lane A: site built"
   run_queue A
