@@ -92,22 +92,15 @@ cp -r _build/notebooks _build/html/notebooks
 $PY scripts/publish.py --out _build/html
 
 # For offline readers (linked from the front page): the notebooks in one zip, and the
-# book as a PDF from Jupyter Book's LaTeX builder (the chapters are not executed again:
-# it reads the same execution cache). TeX comes from Debian, like Chromium in test.sh.
+# book as a PDF (below).
 mkdir -p _build/html/downloads
 (cd _build/notebooks && rm -f ../html/downloads/notebooks.zip \
   && $OLDPWD/$PY -m zipfile -c ../html/downloads/notebooks.zip student solution)
-if ! command -v xelatex >/dev/null 2>&1 || ! command -v latexmk >/dev/null 2>&1; then
-  echo "[site] installing TeX for the PDF (Debian packages)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-    latexmk texlive-xetex texlive-latex-extra texlive-fonts-recommended \
-    texlive-plain-generic fonts-freefont-otf >/dev/null
-fi
-pdf_start=$(date +%s)
-.venv/bin/jupyter-book build . --builder pdflatex >_build/pdf.log 2>&1 \
-  || { echo "[site] the PDF failed; see _build/pdf.log" >&2; tail -30 _build/pdf.log >&2; exit 1; }
-cp _build/latex/book.pdf _build/html/downloads/the-geometry-of-layernorm.pdf
-echo "[site] PDF built in $(( $(date +%s) - pdf_start )) s"
+# The PDF: scripts/build_pdf.sh. The test command sets LNCOURSE_PDF_LATER=1 and builds it
+# as a task of its own once the site is built (beside the site's tests, which read
+# _build/html and the execution cache, neither of which the LaTeX builder writes), so the
+# 30-50 s of LaTeX are off the chain of build, then the tests that need it.
 echo "[site] built _build/html in $(( $(date +%s) - start )) s"
+if [ -z "${LNCOURSE_PDF_LATER:-}" ]; then
+  bash scripts/build_pdf.sh
+fi

@@ -40,7 +40,8 @@ from torch import Tensor
 
 from lncourse.selectability.kernel_source import SOURCE as _SOURCE
 
-__all__ = ["causal_attention", "qkv_attention", "kernel_available", "kernel_applies", "HEAD_SIZES"]
+__all__ = ["causal_attention", "qkv_attention", "kernel_available", "kernel_applies",
+           "portable_build", "HEAD_SIZES"]
 
 # -ffast-math lets GCC call glibc's vector exp (libmvec); the loops never meet an
 # infinity or a NaN (each row reads only its own prefix). It is given to the compile
@@ -59,8 +60,12 @@ _LIBS = (["-lm", "-lmvec"], ["-lm"])     # without libmvec: scalar exp
 _LIB: ctypes.CDLL | None | bool = None   # None: not tried yet; False: not available
 
 
-def _portable() -> bool:
+def portable_build() -> bool:
+    """Whether this process uses the kernel's portable build (LNCOURSE_PORTABLE_KERNEL)."""
     return os.environ.get("LNCOURSE_PORTABLE_KERNEL", "") not in ("", "0")
+
+
+_portable = portable_build
 
 
 def _flags() -> list[str]:

@@ -25,13 +25,8 @@ CHAPTER_PAGES = [p for p in PAGES if Path(p).name[:2].isdigit()]
 LESSON_PAGES = [p for p in CHAPTER_PAGES if not Path(p).stem.endswith("_replication")]
 
 
-# Known failures of this stop's build (stop 31), each the next session's first work: the
-# lessons' first figures sit 737-860 px down at 1280 px (the key-idea box and the collapsed
-# cells take more room than tests/book/test_lessons.py's line budget assumed); nine code
-# lines written for the split are 78-84 characters; chapter 3's, chapter 5's and the
-# teaching page's tables scroll on a phone; and the nested table of contents (replication
-# pages under their lessons) gives every page an expander whose <summary> has no
-# accessible name (axe: summary-name). Marked per page, so every other page stays guarded.
+# A page marked in KNOWN_FAILING (below) for a test is an expected failure of that test
+# (not strict), so every other page stays guarded while one page's fix is pending.
 def known(pages, test: str, reason: str):
     broken = KNOWN_FAILING.get(test, set())
     return [pytest.param(p, marks=pytest.mark.xfail(reason=reason, strict=False))
@@ -40,17 +35,10 @@ def known(pages, test: str, reason: str):
 
 # Pages expected to fail a test, with the reason (not strict: a fixed page passes). Stop
 # 31 marked the lessons' first figures, code lines, phone tables and the sidebar's unnamed
-# expander here; stop 38 fixed the phone tables, the expander, and all but the pages below,
-# whose fixes were made after the last browser run.
-KNOWN_FAILING: dict[str, set[str]] = {
-    # measured on the fresh-clone run of 2f683eb-era code (stop 38, commit before this one): 757, 748 and 752 px with the
-    # set-up cell's output shown; that cell is now removed from the page (remove-cell),
-    # which the next build's browser check has to confirm
-    "first_figure": {"book/02_unselectable_keys.html", "book/03_majority.html",
-                     "book/04_nope.html"},
-    # the loss lines printed 76-78 characters in a narrower output box; now two lines
-    "code": {"book/02_unselectable_keys.html"},
-}
+# expander here; stop 38 fixed them, and the fresh-clone run of 22ea6ae confirmed it in
+# the browser (first figures of chapters 2-4 within 700 px, chapter 2's code within its
+# box: the four marked cases passed). Empty: every page is guarded by every test.
+KNOWN_FAILING: dict[str, set[str]] = {}
 
 pytestmark = pytest.mark.site
 

@@ -14,6 +14,7 @@ from lncourse.results import RESULTS_DIR, load_result, today_command
 from lncourse.selectability.experiments import prefix_fractions
 from lncourse.selectability.lm import layer_vectors, tokenized
 from lncourse.selectability.fused import scaling_flags, stack_models
+from lncourse.selectability.kernel import portable_build as portable_pass
 from lncourse.selectability.seeds import SeedsConfig, checkpoint_state, train
 from lncourse.selectability.train import fused_evaluate
 from lncourse.selectability.seeds_measure import (claims, curve, layer_rows, measure,
@@ -127,16 +128,24 @@ def test_stored_seeds_recompute_from_their_weights(path):
     at = result["step"].index(last)
     contexts = torch.tensor(result["contexts"][:1])
     models = models_at(result)
-    losses = fused_evaluate(stack_models(models), scaling_flags(models), cfg.lm.n_heads,
-                            test_ids, result["seeds"], batches=cfg.lm.eval_batches,
-                            batch_size=cfg.lm.batch_size, block_size=cfg.lm.block_size,
-                            offset=1)
-    assert losses == pytest.approx([h["test_loss"][at] for h in result["histories"]],
+    # The second pass (replay-avx2 in scripts/test.sh: the kernel's portable build, 12
+    # times slower, made this 69 s there against 7 s) asks whether LOSS_RTOL holds on
+    # another CPU's arithmetic; the first pass, on this CPU's own paths, checks every
+    # stored loss against an edit. So the second recomputes the losses of the first seed's
+    # two models (one per variant: both attention paths) and skips the plain evaluator's
+    # cross-check of the fused code, which no CPU changes.
+    n = 2 if portable_pass() else len(models)
+    losses = fused_evaluate(stack_models(models[:n]), scaling_flags(models[:n]),
+                            cfg.lm.n_heads, test_ids, result["seeds"][:n],
+                            batches=cfg.lm.eval_batches, batch_size=cfg.lm.batch_size,
+                            block_size=cfg.lm.block_size, offset=1)
+    assert losses == pytest.approx([h["test_loss"][at] for h in result["histories"][:n]],
                                    rel=LOSS_RTOL)
-    plain = evaluate_lm(models[0], test_ids, batches=cfg.lm.eval_batches,
-                        batch_size=cfg.lm.batch_size, block_size=cfg.lm.block_size,
-                        seed=result["seeds"][0] + 1, device="cpu")
-    assert plain == pytest.approx(losses[0], rel=1e-5)
+    if not portable_pass():
+        plain = evaluate_lm(models[0], test_ids, batches=cfg.lm.eval_batches,
+                            batch_size=cfg.lm.batch_size, block_size=cfg.lm.block_size,
+                            seed=result["seeds"][0] + 1, device="cpu")
+        assert plain == pytest.approx(losses[0], rel=1e-5)
     for m, model in enumerate(models):
         vec = layer_vectors(model, contexts)
         (key, q), layer = CELLS[m % len(CELLS)], (0, cfg.lm.n_layers - 1)[m // 2 % 2]
