@@ -1204,6 +1204,62 @@ def posterior_median_numpy(post):
     return torch.from_numpy(np.argmax(cdf >= 0.5, axis=-1) + 1)
 
 
+@right("cross_fitted_mae")
+def cross_fitted_mae(answers):
+    a = answers.double()
+    S, L = a.shape
+    m = torch.arange(1, L + 1, dtype=torch.float64).repeat(S, 1)
+    errors = []
+    for fit, score in ((slice(0, S // 2), slice(S // 2, S)),
+                       (slice(S // 2, S), slice(0, S // 2))):
+        x, y = a[fit].flatten(), m[fit].flatten()
+        dx = x - x.mean()
+        slope = (dx @ (y - y.mean())) / (dx @ dx) if (dx @ dx) > 0 else 0.0
+        guess = y.mean() + slope * (a[score] - x.mean())
+        errors.append((guess.clamp(1, L) - m[score]).abs().flatten())
+    return torch.cat(errors).mean().item()
+
+
+@right("cross_fitted_mae")
+def cross_fitted_mae_numpy(answers):
+    import numpy as np
+    a = answers.numpy().astype(float)
+    S, L = a.shape
+    truth = np.tile(np.arange(1, L + 1, dtype=float), (S, 1))
+    h = S // 2
+    total = 0.0
+    for fit, score in ((a[:h], a[h:]), (a[h:], a[:h])):
+        t_fit = truth[: len(fit)]
+        X = np.stack([np.ones(fit.size), fit.ravel()], 1)
+        (c, b), *_ = np.linalg.lstsq(X, t_fit.ravel(), rcond=None)  # minimum norm when flat
+        guess = np.clip(c + b * score, 1, L)
+        total += np.abs(guess - truth[: len(score)]).sum()
+    return total / a.size
+
+
+@right("cross_fitted_mae")
+def cross_fitted_mae_loop(answers):
+    S, L = answers.shape
+    h = S // 2
+    halves = [list(range(h)), list(range(h, S))]
+    total, count = 0.0, 0
+    for k in (0, 1):
+        fit, score = halves[k], halves[1 - k]
+        pairs = [(float(answers[s, j]), j + 1.0) for s in fit for j in range(L)]
+        n = len(pairs)
+        mx = sum(x for x, _ in pairs) / n
+        my = sum(y for _, y in pairs) / n
+        sxx = sum((x - mx) ** 2 for x, _ in pairs)
+        sxy = sum((x - mx) * (y - my) for x, y in pairs)
+        b = sxy / sxx if sxx > 0 else 0.0
+        for s in score:
+            for j in range(L):
+                guess = min(max(my + b * (float(answers[s, j]) - mx), 1.0), float(L))
+                total += abs(guess - (j + 1))
+                count += 1
+    return total / count
+
+
 # Other right answers, and wrong ones.
 @wrong("running_mean", "divided every position by T")
 def running_mean_by_length(v):
@@ -1382,6 +1438,77 @@ def median_first_axis(post):
 @wrong("posterior_median", "exactly 1/2")
 def median_strict(post):
     return (post.cumsum(-1) <= 0.5).sum(-1) + 1
+
+
+@wrong("cross_fitted_mae", "in-sample")
+def cross_fitted_in_sample(answers):
+    a = answers.double()
+    S, L = a.shape
+    m = torch.arange(1, L + 1, dtype=torch.float64).repeat(S, 1)
+    dx = a.flatten() - a.mean()
+    b = (dx @ (m.flatten() - m.mean())) / (dx @ dx)
+    return ((m.mean() + b * (a - a.mean())).clamp(1, L) - m).abs().mean().item()
+
+
+@wrong("cross_fitted_mae", "scored only one half")
+def cross_fitted_one_way(answers):
+    a = answers.double()
+    S, L = a.shape
+    m = torch.arange(1, L + 1, dtype=torch.float64).repeat(S, 1)
+    x, y = a[: S // 2].flatten(), m[: S // 2].flatten()
+    dx = x - x.mean()
+    b = (dx @ (y - y.mean())) / (dx @ dx)
+    return ((y.mean() + b * (a[S // 2:] - x.mean())).clamp(1, L) - m[S // 2:]).abs().mean().item()
+
+
+@wrong("cross_fitted_mae", "inverted that line")
+def cross_fitted_reversed(answers):
+    a = answers.double()
+    S, L = a.shape
+    m = torch.arange(1, L + 1, dtype=torch.float64).repeat(S, 1)
+    errors = []
+    for fit, score in ((slice(0, S // 2), slice(S // 2, S)), (slice(S // 2, S), slice(0, S // 2))):
+        x, y = a[fit].flatten(), m[fit].flatten()
+        dy = y - y.mean()
+        b = (dy @ (x - x.mean())) / (dy @ dy)       # answer = c + b * truth
+        guess = y.mean() + (a[score] - x.mean()) / b
+        errors.append((guess.clamp(1, L) - m[score]).abs().flatten())
+    return torch.cat(errors).mean().item()
+
+
+@wrong("cross_fitted_mae", "outside 1..L")
+def cross_fitted_unclipped(answers):
+    a = answers.double()
+    S, L = a.shape
+    m = torch.arange(1, L + 1, dtype=torch.float64).repeat(S, 1)
+    errors = []
+    for fit, score in ((slice(0, S // 2), slice(S // 2, S)), (slice(S // 2, S), slice(0, S // 2))):
+        x, y = a[fit].flatten(), m[fit].flatten()
+        dx = x - x.mean()
+        b = (dx @ (y - y.mean())) / (dx @ dx) if (dx @ dx) > 0 else 0.0
+        errors.append((y.mean() + b * (a[score] - x.mean()) - m[score]).abs().flatten())
+    return torch.cat(errors).mean().item()
+
+
+@wrong("cross_fitted_mae", "split the positions")
+def cross_fitted_by_position(answers):
+    a = answers.double()
+    S, L = a.shape
+    m = torch.arange(1, L + 1, dtype=torch.float64).repeat(S, 1)
+    errors = []
+    for fit, score in ((slice(0, L // 2), slice(L // 2, L)), (slice(L // 2, L), slice(0, L // 2))):
+        x, y = a[:, fit].flatten(), m[:, fit].flatten()
+        dx = x - x.mean()
+        b = (dx @ (y - y.mean())) / (dx @ dx) if (dx @ dx) > 0 else 0.0
+        errors.append(((y.mean() + b * (a[:, score] - x.mean())).clamp(1, L)
+                       - m[:, score]).abs().flatten())
+    return torch.cat(errors).mean().item()
+
+
+@wrong("cross_fitted_mae", "raw answers")
+def cross_fitted_raw(answers):
+    S, L = answers.shape
+    return (answers.double() - torch.arange(1, L + 1, dtype=torch.float64)).abs().mean().item()
 
 
 @wrong("effective_tokens", "square the weights")

@@ -28,7 +28,7 @@ from lncourse.checks.selectability import (  # noqa: F401
 )
 from lncourse.checks.nope import (  # noqa: F401
     check_effective_tokens, check_fit_loglog_slope, check_masked_attention, check_running_mean,
-    check_posterior_median, check_sample_covariance,
+    check_posterior_median, check_sample_covariance, check_cross_fitted_mae,
 )
 from lncourse.checks.norms import (  # noqa: F401
     check_bigram_loss, check_chance_abs_cos, check_dyt, check_fraction_along_ones,

@@ -12,7 +12,7 @@ from lncourse.checks._core import case, generator, run_check
 
 __all__ = ["check_running_mean", "check_sample_covariance", "check_fit_loglog_slope",
            "check_masked_attention", "check_effective_tokens",
-           "check_posterior_median"]
+           "check_posterior_median", "check_cross_fitted_mae"]
 
 
 # --- running mean: what uniform causal attention computes ---------------------------------
@@ -244,6 +244,105 @@ def check_posterior_median(fn: Callable[[Tensor], Tensor], *,
               reference=_posterior_median, mistakes=_MEDIAN_MISTAKES, smooth=False)
 
 
+# --- a probe's answers calibrated on other sequences: cross-fitting ----------------------
+def _halves(S: int) -> tuple[tuple[slice, slice], tuple[slice, slice]]:
+    h = S // 2
+    return (slice(0, h), slice(h, S)), (slice(h, S), slice(0, h))
+
+
+def _line(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Least-squares line y ~ c + b x; flat at mean(y) where x does not vary."""
+    xc = x - x.mean()
+    var = (xc * xc).sum()
+    b = (xc * (y - y.mean())).sum() / var if var > 0 else torch.zeros((), dtype=x.dtype)
+    return y.mean() - b * x.mean(), b
+
+
+def _truth(a: Tensor) -> Tensor:
+    return torch.arange(1, a.shape[-1] + 1, dtype=torch.float64).expand(a.shape)
+
+
+def _calibrated(answers: Tensor, *, fit_rows, score_rows, clip=True, reverse=False,
+                by_columns=False) -> Tensor:
+    """The absolute errors of the rows ``score_rows`` calibrated by the line fitted on
+    ``fit_rows`` (the arguments make the known mistakes). A line is shift-equivariant, so
+    counting positions from 0 instead (and clipping to 0..L-1) gives the same errors."""
+    a = answers.double()
+    y = _truth(a)
+    L = a.shape[-1]
+    if by_columns:
+        a, y = a.T, y.T
+    x_fit, y_fit = a[fit_rows].reshape(-1), y[fit_rows].reshape(-1)
+    if reverse:       # the answer regressed on the truth, then the line inverted
+        c, b = _line(y_fit, x_fit)
+        guess = (a[score_rows] - c) / b
+    else:
+        c, b = _line(x_fit, y_fit)
+        guess = c + b * a[score_rows]
+    if clip:
+        guess = guess.clamp(1, L)
+    return (guess - y[score_rows]).abs().reshape(-1)
+
+
+def _cross_fitted_mae(answers: Tensor, **how) -> float:
+    errors = [_calibrated(answers, fit_rows=f, score_rows=s, **how)
+              for f, s in _halves(answers.shape[-2 if not how.get("by_columns") else -1])]
+    return float(torch.cat(errors).mean())
+
+
+_CALIBRATION_MISTAKES = [
+    ("you fitted the line on the very sequences you scored (in-sample): fit on one half, "
+     "score the other, then swap", lambda a: float(_calibrated(
+         a, fit_rows=slice(None), score_rows=slice(None)).mean())),
+    ("you scored only one half: swap the halves and average the errors of all S x L "
+     "answers", lambda a: float(_calibrated(a, fit_rows=_halves(a.shape[0])[0][0],
+                                               score_rows=_halves(a.shape[0])[0][1]).mean())),
+    ("you regressed the answer on the true position and inverted that line: regress the "
+     "true position on the answer (the line that predicts what you want)",
+     lambda a: _cross_fitted_mae(a, reverse=True)),
+    ("a calibrated guess outside 1..L: clip each guess to the positions that exist",
+     lambda a: _cross_fitted_mae(a, clip=False)),
+    ("you split the positions (columns) into halves: split the sequences (rows), so each "
+     "line is fitted on every position", lambda a: _cross_fitted_mae(a, by_columns=True)),
+    ("you returned the raw answers' error: calibrate them with the fitted line first",
+     lambda a: float((a.double() - _truth(a)).abs().mean())),
+]
+
+
+def _stretched_answers(g: torch.Generator, S: int, L: int, gain: float, noise: float,
+                       dtype=torch.float64) -> Tensor:
+    """Answers that carry the position but are mis-scaled: L/2 + gain (m - L/2) + noise,
+    rounded and clipped to 1..L as a probe's would be."""
+    m = torch.arange(1, L + 1, dtype=torch.float64).expand(S, L)
+    raw = L / 2 + gain * (m - L / 2) + noise * torch.randn(S, L, generator=g,
+                                                              dtype=torch.float64)
+    return raw.round().clamp(1, L).to(dtype)
+
+
+def check_cross_fitted_mae(fn: Callable[[Tensor], float], *, hidden: bool = False) -> None:
+    """cross_fitted_mae(answers): (S, L) answers of a probe, row s the answers for positions
+    1..L of sequence s -> the mean absolute error of the answers calibrated by a line
+    fitted on the other half of the sequences."""
+    g = generator(6)
+    flat_half = torch.cat([torch.full((2, 10), 4.0, dtype=torch.float64),
+                           _stretched_answers(g, 2, 10, 2.0, 1.5)])
+    m = torch.arange(1, 9, dtype=torch.float64)
+    # one half squeezed toward the middle (its line has slope 2), the other at the ends:
+    # the first half's line sends the second's answers to -2.5 and 11.5, outside 1..8
+    extrapolated = torch.stack([4.5 + 0.5 * (m - 4.5),
+                                torch.tensor([1.0] * 4 + [8.0] * 4, dtype=torch.float64)])
+    cases = [case(_stretched_answers(g, 4, 16, 3.0, 4.0)),
+             case(_stretched_answers(g, 2, 12, 0.5, 2.0)),
+             case(flat_half), case(extrapolated)]
+    if hidden:
+        cases += [case(_stretched_answers(g, 6, 32, 2.5, 9.0)),
+                  case(_stretched_answers(g, 5, 9, 1.5, 1.0)),           # odd S
+                  case(_stretched_answers(g, 4, 64, 3.0, 30.0).to(torch.int16)),
+                  case(_stretched_answers(g, 8, 24, -1.0, 3.0, torch.float32))]
+    run_check(fn, "cross_fitted_mae", ["answers"], cases, reference=_cross_fitted_mae,
+              mistakes=_CALIBRATION_MISTAKES)
+
+
 # The known mistakes of every exercise this module checks, by the exercise's function
 # name (tests/checks/test_exercises.py writes an answer for each).
 MISTAKES = {
@@ -253,4 +352,5 @@ MISTAKES = {
     "masked_attention": _MASK_MISTAKES,
     "effective_tokens": _EFFECTIVE_MISTAKES,
     "posterior_median": _MEDIAN_MISTAKES,
+    "cross_fitted_mae": _CALIBRATION_MISTAKES,
 }

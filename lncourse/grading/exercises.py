@@ -87,6 +87,8 @@ CHAPTERS: tuple[Chapter, ...] = (
     _chapter("04_nope", "NoPE: positions hide in the variance of attention",
              ("ex-posterior-median", "Read a posterior by its median",
               "posterior_median", 1),
+             ("ex-cross-fitted-mae", "Calibrate a probe on other sequences",
+              "cross_fitted_mae", 3),
              ("ex-running-mean", "Uniform causal attention is a running mean", "running_mean", 1),
              ("ex-sample-covariance", "Lemma 1 numerically", "sample_covariance", 1),
              ("ex-fit-loglog-slope", "Fit the log-log slope", "fit_loglog_slope", 1),
