@@ -246,8 +246,7 @@ def check_posterior_median(fn: Callable[[Tensor], Tensor], *,
 
 # --- a probe's answers calibrated on other sequences: cross-fitting ----------------------
 def _halves(S: int) -> tuple[tuple[slice, slice], tuple[slice, slice]]:
-    h = S // 2
-    return (slice(0, h), slice(h, S)), (slice(h, S), slice(0, h))
+    return (slice(0, S // 2), slice(S // 2, S)), (slice(S // 2, S), slice(0, S // 2))
 
 
 def _line(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -258,7 +257,7 @@ def _line(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
     return y.mean() - b * x.mean(), b
 
 
-def _truth(a: Tensor) -> Tensor:
+def _truth(a: Tensor) -> Tensor:    # the true positions 1..L of every row of answers
     return torch.arange(1, a.shape[-1] + 1, dtype=torch.float64).expand(a.shape)
 
 
@@ -267,9 +266,7 @@ def _calibrated(answers: Tensor, *, fit_rows, score_rows, clip=True, reverse=Fal
     """The absolute errors of the rows ``score_rows`` calibrated by the line fitted on
     ``fit_rows`` (the arguments make the known mistakes). A line is shift-equivariant, so
     counting positions from 0 instead (and clipping to 0..L-1) gives the same errors."""
-    a = answers.double()
-    y = _truth(a)
-    L = a.shape[-1]
+    a, y, L = answers.double(), _truth(answers), answers.shape[-1]
     if by_columns:
         a, y = a.T, y.T
     x_fit, y_fit = a[fit_rows].reshape(-1), y[fit_rows].reshape(-1)
@@ -313,16 +310,13 @@ def _stretched_answers(g: torch.Generator, S: int, L: int, gain: float, noise: f
                        dtype=torch.float64) -> Tensor:
     """Answers that carry the position but are mis-scaled: L/2 + gain (m - L/2) + noise,
     rounded and clipped to 1..L as a probe's would be."""
-    m = torch.arange(1, L + 1, dtype=torch.float64).expand(S, L)
-    raw = L / 2 + gain * (m - L / 2) + noise * torch.randn(S, L, generator=g,
-                                                              dtype=torch.float64)
-    return raw.round().clamp(1, L).to(dtype)
+    m, z = _truth(torch.empty(S, L)), torch.randn(S, L, generator=g, dtype=torch.float64)
+    return (L / 2 + gain * (m - L / 2) + noise * z).round().clamp(1, L).to(dtype)
 
 
 def check_cross_fitted_mae(fn: Callable[[Tensor], float], *, hidden: bool = False) -> None:
-    """cross_fitted_mae(answers): (S, L) answers of a probe, row s the answers for positions
-    1..L of sequence s -> the mean absolute error of the answers calibrated by a line
-    fitted on the other half of the sequences."""
+    """cross_fitted_mae(answers): a probe's answers (S, L) for positions 1..L of S
+    sequences -> their MAE once calibrated by a line fitted on the other half."""
     g = generator(6)
     flat_half = torch.cat([torch.full((2, 10), 4.0, dtype=torch.float64),
                            _stretched_answers(g, 2, 10, 2.0, 1.5)])
