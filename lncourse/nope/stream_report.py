@@ -23,6 +23,8 @@ stored beside them, small, by::
     python -m lncourse.nope.stream_report
 
 and ``tests/nope/test_stream_report.py`` recomputes them from the predictions. The
+lesson's exercise reads a slice of them, :func:`lesson_answers`, stored apart by ``python
+-m lncourse.nope.stream_report --lesson`` (a test holds it equal to the full ones). The
 chapter reads the stored run and its readings: :func:`summary` gives each over seeds
 (mean and 95% t interval per depth); :func:`claims` are the chapter's sentences on the
 run, each checked. Shapes: a
@@ -41,10 +43,13 @@ from lncourse.summary import paired_interval
 
 __all__ = ["PROBES", "STATED_HOLDS", "STATED_FAILS", "READINGS", "load_predictions",
            "readings", "load_readings", "main", "correlation", "spread", "recalibrated", "model_arrays", "summary", "claims",
-           "BF16_TOLERANCE", "depth_trend", "trend_claim"]
+           "BF16_TOLERANCE", "depth_trend", "trend_claim", "LESSON", "LESSON_DEPTHS",
+           "lesson_answers"]
 
 PROBES = ("classifier", "regression")
 READINGS = "nope/stream_paper_readings"
+LESSON = "nope/stream_paper_lesson"     # the lesson's slice of the predictions
+LESSON_DEPTHS = (0, 6, 12)
 MEASURES = ("corr", "spread", "recal")
 # what chapter 4's prose states of the stored run: these claims hold, these do not
 # (the chapter asserts both; tests/nope/test_ledger.py checks them on the stored run)
@@ -123,6 +128,15 @@ def readings(stored: dict, predictions) -> dict:
                 for q, f in zip(MEASURES, (correlation, spread, recalibrated))}}
                 for probe in PROBES}
     return out
+
+
+def lesson_answers(stored: dict, predictions) -> dict[str, np.ndarray]:
+    """"<kind>_<seed>_classifier" -> (len(LESSON_DEPTHS), N * T) int16: each finished
+    model's classifier answers (0-based positions; the float32 runs, not the bfloat16
+    copies) at the lesson's depths, as the full predictions hold them."""
+    return {f"{kind}_{r['seed']}_classifier": np.asarray(
+                predictions[f"{kind}_{r['seed']}_classifier"])[list(LESSON_DEPTHS)]
+            .astype(np.int16) for kind, runs in stored["results"].items() for r in runs}
 
 
 def load_readings(stored: dict) -> dict:
@@ -304,20 +318,29 @@ def main(argv: list[str] | None = None):
 
     from lncourse.results import _git_commit, command_line, load_result, store_run
 
-    argparse.ArgumentParser(prog="python -m lncourse.nope.stream_report",
-                            description="Store the readings (correlation, spread, "
-                            "recalibrated error) of chapter 4's all-positions probe run."
-                            ).parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m lncourse.nope.stream_report", description=
+                                     "Store the readings of chapter 4's probe run.")
+    parser.add_argument("--lesson", action="store_true", help="store lesson_answers")
+    args = parser.parse_args(argv)
     t0 = time.perf_counter()
     stored = load_result("nope/stream_paper")
+    started = {"command": command_line("lncourse.nope.stream_report", argv),
+               "git_commit": _git_commit()}
+    if args.lesson:
+        npz = RESULTS_DIR / f"{LESSON}_predictions.npz"
+        np.savez_compressed(npz, **lesson_answers(stored, load_predictions(stored)))
+        payload = {"config": {"source": "nope/stream_paper.json", "depths": list(LESSON_DEPTHS),
+                              **{k: stored["config"][k] for k in ("seq_len", "eval_seqs")}},
+                   "source_written": stored["provenance"]["written"], "predictions": npz.name}
+        return store_run(RESULTS_DIR / f"{LESSON}.json", payload, "cpu",
+                         time.perf_counter() - t0, started,
+                         device_note="sliced from stored predictions")
     payload = {"config": {"source": "nope/stream_paper.json", "measures": list(MEASURES),
                           "recalibration": "least-squares line, fitted on even held-out "
                           "sequences and scored on odd ones, and the other way round"},
                "source": "nope/stream_paper.json",
                "source_written": stored["provenance"]["written"],
                "readings": readings(stored, load_predictions(stored))}
-    started = {"command": command_line("lncourse.nope.stream_report", argv),
-               "git_commit": _git_commit()}
     return store_run(RESULTS_DIR / f"{READINGS}.json", payload, "cpu",
                      time.perf_counter() - t0, started,
                      device_note="computed from stored predictions")

@@ -177,3 +177,23 @@ def test_depth_trend_fails_on_contrary_readings():
     for row in reads["causal"]["classifier"]["corr"]:
         row[12] = row[1] - 0.05
     assert R.trend_claim(stored, reads).holds is False
+
+
+def test_the_lessons_slice_is_the_stored_predictions():
+    """Chapter 4's lesson reads nope/stream_paper_lesson (3 MB, published for Colab) in
+    place of the 34 MB of predictions: it must be exactly their classifier answers at the
+    lesson's depths, for every finished model of the stored run's version, and describe
+    the run as the chapter's prose does (200 held-out sequences of 512 positions)."""
+    stored = load_result("nope/stream_paper")
+    lesson = load_result(R.LESSON)
+    assert lesson["source_written"] == stored["provenance"]["written"]
+    assert lesson["config"]["depths"] == list(R.LESSON_DEPTHS)
+    assert (lesson["config"]["eval_seqs"], lesson["config"]["seq_len"]) == (200, 512)
+    got, want = R.load_predictions(lesson), R.lesson_answers(stored, R.load_predictions(stored))
+    assert got.keys() == want.keys() and len(got) == 7     # 5 causal and 2 bidirectional
+    for key in want:
+        assert got[key].dtype == np.int16 and np.array_equal(got[key], want[key]), key
+    edited = dict(got)
+    edited["causal_0_classifier"] = got["causal_0_classifier"].copy()
+    edited["causal_0_classifier"][2, 0] += 1
+    assert not np.array_equal(edited["causal_0_classifier"], want["causal_0_classifier"])
