@@ -78,14 +78,14 @@ rm -f _build/pip-report.json
   && mv _build/pip-report.json.part _build/pip-report.json ) &
 export LNCOURSE_PIP_REPORT=$PWD/_build/pip-report.json
 
-# The queue, in the order tasks are claimed; [site] tasks wait for lane A's marker.
+# The queues; [site] tasks wait for lane A's marker.
 rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
-TASKS=(students unit replay-avx2 site site-other grading colab nbval)
-NEEDS_SITE=" nbval site site-other "
 # Lane C takes the tasks that mostly wait (on learners' limits, kernels' start-up, the
-# package index); lanes A and B the ones bound by their CPU.
+# package index); lanes A and B the ones bound by their CPU, each list in claim order.
 LANE_C=(grading students colab)
 LANES_AB=(unit replay-avx2 site site-other nbval)
+TASKS=("${LANE_C[@]}" "${LANES_AB[@]}")
+NEEDS_SITE=" nbval site site-other "
 task() {
   case "$1" in
     students) $PY -m pytest -m "notebooks and not slow" -k student -p no:cacheprovider -q \
@@ -108,14 +108,13 @@ task() {
                   --durations=5 ;;
   esac
 }
-run_queue() {   # $1: the lane's name; $2...: the tasks it may take (default: all). Takes
-  # the first unclaimed task it can run now; a [site] task before the build is done is
-  # left for later, and the lane waits for the build only when nothing else is left.
+run_queue() {   # $1: the lane's name; $2...: the tasks it may take. Takes the first
+  # unclaimed task it can run now; a [site] task before the build is done is left for
+  # later, and the lane waits for the build only when nothing else is left.
   local name rc ran pending lane=$1; shift
-  local mine=("$@"); [ "${#mine[@]}" -gt 0 ] || mine=("${TASKS[@]}")
   while :; do
     ran=0; pending=0
-    for name in "${mine[@]}"; do
+    for name in "$@"; do
       [ -e "_build/.claim-$name" ] && continue
       if [[ "$NEEDS_SITE" == *" $name "* ]] && [ ! -e _build/.site-built ]; then
         if [ ! -e _build/.site-failed ]; then pending=1; continue; fi

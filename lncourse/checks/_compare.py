@@ -191,9 +191,9 @@ def tolerance(reference: Callable, args64: tuple, kwargs64: dict, expected: Any,
 
     ``SAFETY`` x (the largest change of the exact answer, over each output tensor, when
     each floating input entry moves by a relative machine epsilon of ``precision`` + that
-    epsilon x the answer's largest entry), plus ``slack(eps)`` for algorithms that lose more than their inputs'
-    rounding (``smooth=False``: answers that jump, such as argmax paths, get no
-    perturbation estimate).
+    epsilon x the answer's largest entry), plus ``slack(eps)`` for algorithms that lose
+    more than their inputs' rounding (``smooth=False``: answers that jump, such as argmax
+    paths, get no perturbation estimate).
     """
     u = torch.finfo(precision).eps
     extra = slack(u) if slack else 0.0
