@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT
 from .test_grade import HARD_CODED, editions, exercise_cell, with_function
 from lncourse.grading.exercises import chapter as find_chapter
-from lncourse.grading.grade import grade, write_csv
+from lncourse.grading.grade import TIMEOUT as DEFAULT_TIMEOUT, grade, write_csv
 from lncourse.grading.contain import bwrap, contained
 
 CH = find_chapter("01_layernorm_geometry")
@@ -31,7 +31,7 @@ FGH, P, PLANE, FOLD, RMS, JAC = ("ex-layer-norm-fgh", "ex-centering-matrix", "ex
 MARK = uuid.uuid4().hex
 CANARY = ROOT / "lncourse" / f"canary_{MARK}.py"
 REDUCED = Path("/tmp") / f"reduce_{MARK}"
-TIMEOUT = 30.0
+TIMEOUT = DEFAULT_TIMEOUT   # the teacher's default: the printer's right answer must pass under it
 
 # 1. forged grades: write a "passed" result (JSON frames and pickles) to every descriptor
 FORGED = """
