@@ -93,11 +93,13 @@ class MajorityConfig:
 
     @classmethod
     def quick(cls) -> MajorityConfig:
-        """Fast mode, in the paper's regime: batch 6,000 and lr 1e-3 as in the paper, 2
-        seeds, the 2 x 2 design (projection x scale), 500 steps, evaluated on 2,000 test
-        sequences. In the paper-settings run the two scales have parted by step 500
-        (test accuracy about 0.55 against 0.42) while the projection has not."""
-        return cls(steps=500, eval_every=50, eval_size=2000, seeds=PAPER_SEEDS[:2],
+        """Fast mode, in the paper's regime: batch 6,000 and lr 1e-3 as in the paper, the
+        first seed, the 2 x 2 design (projection x scale), 500 steps, evaluated on 2,000
+        test sequences. In the paper-settings run the two scales have parted by step 500
+        in every seed (the first: test accuracy 0.56 and 0.57 against 0.42 and 0.42)
+        while the projection has not. One seed, not two: the second doubled the site
+        build's longest cell (75 s of a 600 s test command) and showed the same."""
+        return cls(steps=500, eval_every=50, eval_size=2000, seeds=PAPER_SEEDS[:1],
                    variants=("layernorm", "no_projection", "no_projection_released",
                              "layernorm_released_scale"))
 
