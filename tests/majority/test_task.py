@@ -486,3 +486,22 @@ def test_a_finished_run_is_shared_without_training_again(tmp_path, monkeypatch):
     # 0.165 s run at load 4 in issue 32's run, 8%, so no relative bound: a busy machine
     # is slow, not broken); no_step above shows that nothing trained again
     assert again["seconds"] == pytest.approx(first["seconds"], abs=5.0)
+
+
+def test_scores_uniformity_is_attention_read_token_by_token():
+    """The distance to uniform attention from class scores, against its definition: each
+    token of a sequence attends over the sequence's tokens by a softmax of S (no class
+    tables, no counts), its total-variation distance to 1/T per token, averaged over
+    every token. Classes absent from a sequence and a one-class sequence included."""
+    gen = torch.Generator().manual_seed(5)
+    S = 3 * torch.randn(4, 4, generator=gen, dtype=torch.float64)
+    seqs = [[0, 0, 1, 3, 3, 3], [2, 2, 2, 2, 2, 2], [1, 0, 2, 3, 1, 0]]
+    counts = torch.stack([torch.bincount(torch.tensor(s), minlength=4) for s in seqs])
+    tvs = []
+    for s in seqs:
+        for i in s:
+            a = torch.softmax(torch.stack([S[i, j] for j in s]), 0)
+            tvs.append(0.5 * (a - 1 / len(s)).abs().sum())
+    tv, std = M.scores_uniformity(S, counts)
+    assert tv == pytest.approx(float(torch.stack(tvs).mean()), rel=1e-12)
+    assert std == pytest.approx(float(S.std()), rel=1e-12)

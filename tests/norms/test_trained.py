@@ -221,8 +221,13 @@ def stored():
 @pytest.mark.parametrize("variant", list(trained.VARIANTS))
 def test_stored_run_recomputes_first_and_last_seed(stored, variant):
     """Every count, summary and test loss of the first and the last seed, from the stored
-    weights (the ledger test recomputes every summary from the counts)."""
-    for seed in (stored["config"]["seeds"][0], stored["config"]["seeds"][-1]):
+    weights (the ledger test recomputes every summary from the counts). The second pass
+    of scripts/test.sh (replay-avx2: other kernels) asks only whether the tolerances hold
+    on another CPU's arithmetic, which both seeds take the same paths through, so it
+    recomputes the first seed; the first pass checks both against an edit."""
+    from lncourse.selectability.kernel import portable_build as portable_pass
+    seeds = stored["config"]["seeds"]
+    for seed in (seeds[:1] if portable_pass() else (seeds[0], seeds[-1])):
         _check(stored, variant, seed)
 
 
