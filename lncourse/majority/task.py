@@ -311,18 +311,12 @@ def attention_uniformity(W_E: Tensor, W_in: Tensor, variant: str, counts: Tensor
 def scores_uniformity(S: Tensor, counts: Tensor) -> tuple[float, float]:
     """:func:`attention_uniformity` from one model's class scores S (C_i, C_j), however
     computed (chapter 5's norms); counts (B, C). float64."""
-    # A token of class i attends to class j with weight a_bij = c_bj E_ij / Z_bi, where
-    # E = exp(S - max) row by row and Z_bi = sum_j c_bj E_ij (the softmax of S_ij + log
-    # c_bj, without its (B, C, C) logarithms and exponentials: half the time, equal to
-    # 1e-15 relative). Uniform is c_bj / T_b, so the distance is
-    # 1/2 sum_j c_bj |E_ij / Z_bi - 1 / T_b|, weighted by the c_bi tokens of class i.
-    S = S.double()
-    c = counts.double()                                               # (B, C)
+    # softmax_j(S_ij + log c_bj) = c_bj E_ij / Z_bi, E = exp(S - max), Z = c E^T: no
+    # (B, C, C) exp and log (half the time); tv_bi = 1/2 sum_j c_bj |E_ij/Z_bi - 1/T_b|.
+    S, c = S.double(), counts.double()                                # c: (B, C)
     E = torch.exp(S - S.max(-1, keepdim=True).values)                 # (C_i, C_j)
-    Z = c @ E.T                                                       # (B, C_i)
-    T = c.sum(1)                                                      # (B,)
-    gap = (E.unsqueeze(0) / Z.unsqueeze(-1) - (1 / T)[:, None, None]).abs()
-    tv_tokens = 0.5 * torch.einsum("bij,bj,bi->", gap, c, c)
+    gap = (E / (c @ E.T).unsqueeze(-1) - 1 / c.sum(1)[:, None, None]).abs()
+    tv_tokens = 0.5 * torch.einsum("bij,bj,bi->", gap, c, c)          # weighted by c_bi
     return float(tv_tokens / c.sum()), float(S.std())
 
 
