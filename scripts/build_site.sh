@@ -33,17 +33,8 @@ export LNCOURSE_SITE_FIGURES=1
 export LNCOURSE_SHARED_RUNS=$PWD/_build/shared-runs
 rm -rf "$LNCOURSE_SHARED_RUNS"
 
-# MathJax is served from the site itself (no CDN): fetch it once from the npm registry.
-MATHJAX_VERSION=3.2.2
-if [ ! -f book/_static/mathjax/tex-chtml.js ]; then
-  echo "[site] fetching mathjax@$MATHJAX_VERSION from the npm registry"
-  tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent "mathjax@$MATHJAX_VERSION" >/dev/null)
-  tar -xzf "$tmp"/mathjax-*.tgz -C "$tmp"
-  mkdir -p book/_static/mathjax
-  cp -r "$tmp"/package/es5/. book/_static/mathjax/
-  rm -rf "$tmp"
-fi
+# MathJax, served from the site itself (no CDN), fetched once.
+bash scripts/fetch_mathjax.sh
 
 # A busy machine makes the build slower, never failed (issue 19). There is no short cell
 # timeout (_config.yml: 3600 s, a backstop only): the watchdog scripts/build_watch.py tells

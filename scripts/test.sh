@@ -41,6 +41,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$(date +%s)
+# MathJax's download waits on the npm registry: beside the set-up, not before the build.
+mkdir -p _build
+bash scripts/fetch_mathjax.sh > _build/mathjax.log 2>&1 &
+mathjax=$!
 bash scripts/setup_env.sh
 PY=.venv/bin/python
 
@@ -152,6 +156,7 @@ lane_b=$!
 run_queue C "${LANE_C[@]}" > _build/lane-c.log 2>&1 &
 lane_c=$!
 
+wait "$mathjax" || cat _build/mathjax.log   # (the build fetches it again if it failed)
 stamp "lane A: site build"
 if time bash scripts/build_site.sh; then
   touch _build/.site-built
