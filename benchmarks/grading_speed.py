@@ -11,8 +11,9 @@ exercise 1.2. Each path grades it ``--rounds`` times, the paths alternating, eac
 fresh ``python -m lncourse.grading.grade`` (``--fresh-learners`` for the old path). Wall
 times are what a teacher waits; the load average before and after each run is stored with
 it, since other work on the machine slows both paths. The infinite loop's exercise alone
-takes ``--timeout`` seconds (the grader's default, 30 s, unless given), so the class can
-never take less; ``--timeout`` is passed to both paths.
+takes ``--timeout`` seconds of CPU (the grader's default per call,
+``lncourse.grading.grade.TIMEOUT``, unless given), so the class can never take less;
+``--timeout`` is passed to both paths, and the limit used is stored.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, help="--timeout given to the grader")
     parser.add_argument("--store", action="store_true")
     args = parser.parse_args()
+    from lncourse.grading.grade import TIMEOUT
+    limit = args.timeout or TIMEOUT
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lncourse-bench-") as tmp:
         folder = Path(tmp) / "class"
@@ -108,7 +111,7 @@ def main() -> None:
     same = runs["template"][0]["totals"] == runs["fresh"][0]["totals"]
     mean = {k: sum(r["wall_s"] for r in v) / len(v) for k, v in runs.items()}
     print(f"30 submissions of chapter 1, one with an infinite loop, on {os.cpu_count()} CPUs "
-          f"(timeout {args.timeout or 'default'}):")
+          f"(time limit {limit:g} s per call):")
     print(f"  fresh learner per submission  {mean['fresh']:6.1f} s")
     print(f"  forked from the template      {mean['template']:6.1f} s   "
           f"({mean['fresh'] / mean['template']:.2f}x faster)")
@@ -121,7 +124,7 @@ def main() -> None:
         out = {"runs": runs, "mean_wall_s": mean, "speedup": mean["fresh"] / mean["template"],
                "same_grades": same, "cpus": os.cpu_count(),
                "config": {"chapter": 1, "submissions": 30, "loops": 1, "rounds": args.rounds,
-                          "timeout": args.timeout, "workers": "default"}}
+                          "timeout": limit, "workers": "default"}}
         command = "python benchmarks/grading_speed.py " + " ".join(sys.argv[1:])
         out["provenance"] = provenance("cpu", time.perf_counter() - start, command=command)
         print("wrote", write_result(RESULTS_DIR / "grading" / "speed.json", out))
