@@ -160,9 +160,10 @@ def test_stored_seeds_recompute_from_their_weights(path):
 def test_stored_seeds_every_cell_recomputes(path):
     """Every measured cell of the seeded runs from the stored weights: the last step's,
     every layer and context (the fast test above does the first and last layer), and
-    the curve's at every stored step (slow: 1,163 s of wall time for seeds_table1 at step
-    100, measured at load 10 on the shared 2-core machine; the ledger,
-    tests/selectability/test_ledger.py, guards these cells in the fast suite)."""
+    the curve's at every stored step (slow: 3,121 s of wall time for seeds_table1's 24
+    stored steps, about 35 minutes of CPU, at load 2 to 6 on the shared 2-core machine;
+    the ledger, tests/selectability/test_ledger.py, guards these cells in the fast
+    suite)."""
     result = load_result(path)
     contexts = torch.tensor(result["contexts"])
     assert measure(models_at(result), contexts[:result["measured_contexts"]]) == \
