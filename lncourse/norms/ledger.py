@@ -44,6 +44,7 @@ HEADS = "norms/trained_heads"
 VLENS = "norms/vlens"
 LOGITS = "norms/logits"
 CONTEXT = "norms/context_use"
+RETRAINED = "norms/retrained_heads_cpu"
 LEDGER = "norms/reported"
 
 
@@ -119,15 +120,33 @@ def _logits(stored: dict) -> dict:
             "claims": verdict.logits_claims(stored)}
 
 
+def _retrained(run: dict) -> dict:
+    """What the page prints and glues from the DyT run trained with the recipe: the line
+    that says what ran, each sweep run's last test loss, the chosen rate, the final test
+    loss, its level, the largest distance of a sweep run from the unigram table, the
+    report and the claims of :mod:`lncourse.norms.retrained`."""
+    from lncourse.norms import retrained
+
+    refs, dyt = run["references"], run["models"]["DyT"][0]
+    sweep = [r["history"]["test_loss"][-1] for r in run["sweep"]["DyT"]]
+    return {"describe": describe(run), "sweep_test_loss": sweep,
+            "chosen_lr": dyt["lr"], "test_loss": dyt["test_loss"],
+            "above_bigram": dyt["test_loss"] - refs["bigram"],
+            "level": review.level(dyt["test_loss"], refs),
+            "sweep_gap": max(abs(x - refs["unigram"]) for x in sweep),
+            "report": retrained.report(run), "claims": retrained.claims(run)}
+
+
 def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
-            context: dict) -> dict:
+            context: dict, retrained: dict) -> dict:
     """What the replication page adds for a reviewer (:mod:`lncourse.norms.review`): the
     data's bigram and unigram losses, where each trained model's loss sits against them
     and the claims on it, the majority arms' intervals corrected for multiplicity (from
     the arms' ledger, ``results/norms/majority_reported.json``, which
     ``tests/norms/test_majority.py`` guards), DyT's weaker position signal, and which
     stored models use their context (``norms/context_use.json``: each group's late-position
-    gains over the bigram table and :func:`review.context_claims`)."""
+    gains over the bigram table and :func:`review.context_claims`), and the DyT run
+    trained with the recipe (:func:`_retrained`)."""
     from lncourse.norms import logits as lg
 
     refs = review.char_references()
@@ -141,7 +160,8 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
             "dyt_signal": review.dyt_signal_ratio(vlens),
             "context": {"late_gain": {k: v["late_gain"] for k, v in
                                       context_use.verdicts(context).items()},
-                        "claims": review.context_claims(context)}}
+                        "claims": review.context_claims(context)},
+            "retrained": _retrained(retrained)}
 
 
 def arms_from_ledger(run: str = "paper_batch") -> dict:
@@ -165,14 +185,14 @@ def arms_from_ledger(run: str = "paper_batch") -> dict:
 
 def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
              periln: dict | None = None, arms: dict | None = None,
-             context: dict | None = None) -> dict:
+             context: dict | None = None, retrained: dict | None = None) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
     an edit of either shows. With ``periln`` (:func:`lncourse.norms.periln_report.reported`)
     and ``arms`` (:func:`arms_from_ledger`), also the replication page's review
     (:func:`_review`)."""
-    extra = ({} if None in (periln, arms, context) else
-             {"review": _review(heads, vlens, logits, periln, arms, context)})
+    extra = ({} if None in (periln, arms, context, retrained) else
+             {"review": _review(heads, vlens, logits, periln, arms, context, retrained)})
     return {**extra, "describe": describe(stored), "n_passages": stored["config"]["n_passages"],
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
@@ -189,7 +209,8 @@ def main(argv: list[str] | None = None):
                                          load_result(VLENS), load_result(LOGITS),
                                          periln_report.reported(*periln_report.load()),
                                          arms_from_ledger(),
-                                         load_result(CONTEXT)),
+                                         load_result(CONTEXT),
+                                         load_result(RETRAINED)),
                                 {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
                                  "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json"}),
                        argv)

@@ -43,7 +43,8 @@ def extra():
     """The Peri-LN report and the majority arms' intervals the review section reads."""
     from lncourse.norms import periln_report
     return {"periln": periln_report.reported(*periln_report.load()),
-            "arms": L.arms_from_ledger(), "context": load_result(L.CONTEXT)}
+            "arms": L.arms_from_ledger(), "context": load_result(L.CONTEXT),
+            "retrained": load_result(L.RETRAINED)}
 
 
 def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits, extra):
@@ -141,11 +142,13 @@ def test_an_edited_arms_interval_or_periln_loss_fails_the_ledger(stored, heads, 
     arms = copy.deepcopy(extra["arms"])
     arms["arms"]["no_projection"]["vs_layernorm_90"][2] -= 1.0
     assert C.compare(L.reported(stored, heads, vlens, logits, extra["periln"], arms,
-                                extra["context"]), C.load_ledger(LEDGER))
+                                extra["context"], extra["retrained"]),
+                     C.load_ledger(LEDGER))
     peri = copy.deepcopy(extra["periln"])
     peri["summary"]["per_lr"][-1]["Peri-LN"]["test_loss"][0] -= 0.2
     assert C.compare(L.reported(stored, heads, vlens, logits, peri, extra["arms"],
-                                extra["context"]), C.load_ledger(LEDGER))
+                                extra["context"], extra["retrained"]),
+                     C.load_ledger(LEDGER))
 
 
 def test_reference_losses_by_hand():
@@ -217,4 +220,18 @@ def test_the_context_claims_hold_and_turn(stored, heads, vlens, logits, extra):
     assert not R.context_claims(stalled)["every QK-norm seed uses its context at the "
                                          "second-highest rate, where no Pre-LN seed does"]
     assert C.compare(L.reported(stored, heads, vlens, logits, extra["periln"], extra["arms"],
-                                learned), C.load_ledger(LEDGER))
+                                learned, extra["retrained"]), C.load_ledger(LEDGER))
+
+
+@pytest.mark.parametrize("what", ["final", "sweep"])
+def test_an_edited_retrained_loss_fails_the_ledger(stored, heads, vlens, logits, extra, what):
+    """The DyT run trained with the recipe: an edit of its final or a sweep run's test
+    loss in the reported decimals fails (and only the review part differs)."""
+    run = copy.deepcopy(extra["retrained"])
+    if what == "final":
+        run["models"]["DyT"][0]["test_loss"] += 0.01
+    else:
+        run["sweep"]["DyT"][0]["history"]["test_loss"][-1] += 0.01
+    diff = C.compare(L.reported(stored, heads, vlens, logits, **(extra | {"retrained": run})),
+                     C.load_ledger(LEDGER))
+    assert diff and all("retrained" in d for d in diff), diff[:5]

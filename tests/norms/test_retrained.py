@@ -18,6 +18,8 @@ from lncourse.norms import retrained_models as M
 from lncourse.norms import trained
 from lncourse.results import RESULTS_DIR
 
+from .test_trained import _assert_in_band
+
 STORED = RESULTS_DIR / "norms" / "retrained_heads_cpu.json"
 CONTEXT = RESULTS_DIR / "norms" / "context_use.json"
 
@@ -32,7 +34,7 @@ def tiny(tmp_path_factory):
                                                      weights_only=True)
 
 
-def _recomputes(result, weights):
+def _recomputes(result, weights, exact_counts: bool = True):
     cfg = M.HeadsRecipeConfig.from_dict(result["config"])
     contexts = torch.tensor(result["contexts"])
     for variant, runs in result["models"].items():
@@ -42,7 +44,10 @@ def _recomputes(result, weights):
         assert again["test_loss"] == pytest.approx(run["test_loss"], abs=1e-5)
         np.testing.assert_allclose(again["positions"]["model"], run["positions"]["model"],
                                    atol=1e-4)
-        assert trained.head_counts(model, contexts) == run["trained"]
+        if exact_counts:
+            assert trained.head_counts(model, contexts) == run["trained"]
+        else:   # another CPU's kernels: each count within the band float32 allows
+            _assert_in_band(model, contexts, run["trained"], f"{variant}, trained")
     assert R.report(result) == result["report"]
 
 
@@ -68,11 +73,39 @@ def test_claims_fail_on_a_model_at_the_bigram_level(tiny):
     assert not any(R.claims(flat).values())
 
 
+@pytest.mark.replay
 def test_stored_run_recomputes_from_its_weights():
+    """The test loss is a float32 mean over 4 x 16 x 256 tokens after 4 layers: another
+    CPU's summation order moves it by a few 1e-7 relative, so 1e-5 nats holds anywhere and
+    an edit in the reported third decimal fails. Each head's count is a discrete hull
+    decision per key: it must lie in the band float32 rounding allows (DyT's tanh packs
+    keys against its square's edges, so about half its counts have a band wider than 0)."""
     if not STORED.exists():
         pytest.skip("the cpu run is not stored yet")
     result = json.loads(STORED.read_text())
-    _recomputes(result, torch.load(STORED.with_suffix(".pt"), weights_only=True))
+    _recomputes(result, torch.load(STORED.with_suffix(".pt"), weights_only=True),
+                exact_counts=False)
+
+
+def test_stored_dyt_run_is_a_null_result_and_the_claims_bite():
+    """What chapter 5's replication page says of the DyT run trained with the recipe: at
+    the unigram level (within 0.05 nats of it), far above the bigram, using no context;
+    each statement fails on a model that learned."""
+    if not STORED.exists():
+        pytest.skip("the cpu run is not stored yet")
+    result = json.loads(STORED.read_text())
+    refs = result["references"]
+    assert R.claims(result) == {"DyT learned": False, "DyT below bigram": False,
+                                "DyT uses context": False}
+    assert all(abs(r["test_loss"] - refs["unigram"]) < 0.05
+               for r in result["models"]["DyT"])
+    learned = copy.deepcopy(result)
+    for r in learned["models"]["DyT"]:
+        r["test_loss"] = refs["bigram"] - 0.4
+        r["positions"]["model"] = (np.asarray(r["positions"]["bigram"]) - 0.4).tolist()
+    assert all(R.claims(learned).values())
+    assert not any(abs(r["test_loss"] - refs["unigram"]) < 0.05
+                   for r in learned["models"]["DyT"])
 
 
 def test_context_use_recomputes_and_judges():
