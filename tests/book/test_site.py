@@ -219,6 +219,7 @@ def test_first_figure_on_the_first_screen(opened, page_path):
     page, _ = opened(page_path)
     top = page.evaluate(_FIRST_FIGURE_TOP)
     assert top is not None, f"{page_path}: a lesson without a figure"
+    print(f"{page_path}: first figure at {top:.0f} px")     # shown with pytest -s
     assert top + FIGURE_SHOWN_PX <= FIRST_SCREEN_PX, \
         f"{page_path}: the first figure starts at {top:.0f} px, below the first screen"
     assert page.locator("main .key-idea").count() == 1, f"{page_path}: its key-idea box"
