@@ -171,15 +171,21 @@ def train(cfg: ContinueConfig, source_ckpt: Path, ckpt: Path, progress: bool = T
     return out, timing
 
 
-def export(cfg: ContinueConfig, state: dict, contexts: int | None = None) -> dict:
+def export(cfg: ContinueConfig, state: dict, contexts: int | None = None,
+           start_cells: dict | None = None) -> dict:
     """What a checkpoint of the continuation holds, measured: per model its loss history
     and, at the source run's last step and at the checkpoint's step, the fraction per
     layer and held-out context at n = T (``measure``: before and after the LayerNorm),
     on the contexts the seeded run's export measured (``contexts`` of them, default the
-    source's)."""
+    source's).
+
+    ``start_cells`` ({"before", "after"}: [kept model][layer][context]) are the seeded
+    export's cells of the kept models at the source's last step: the same weights on the
+    same contexts, so they are taken instead of measured again (half the export's time),
+    after the first context of every model is measured again and found equal (else
+    ValueError: they are not this run's)."""
     from lncourse.selectability.lm import held_out_contexts
     from lncourse.selectability.seeds_measure import measure
-    from lncourse.selectability.fused import unstack
     vocab_size, _, test_ids = streams(cfg)
     n = cfg.source.contexts if contexts is None else contexts
     ctx = held_out_contexts(test_ids, dataclasses.replace(
@@ -194,15 +200,53 @@ def export(cfg: ContinueConfig, state: dict, contexts: int | None = None) -> dic
            "step": state["histories"][0]["step"], "histories": state["histories"],
            "measured_contexts": n, "fractions": {}}
     for step, params in weights.items():
-        models = []
-        for i, seed in enumerate(kept):
-            model = build_model(dataclasses.replace(cfg.lm, seed=seed), vocab_size,
-                                VARIANTS[cfg.label])
-            model.load_state_dict(unstack({k: v.detach().cpu().float()
-                                           for k, v in params.items()}, i))
-            models.append(model.eval())
-        out["fractions"][str(step)] = measure(models, ctx)
+        if step == start and start_cells is not None:
+            out["fractions"][str(step)] = _checked_start(cfg, params, kept, vocab_size,
+                                                         ctx, start_cells)
+            continue
+        out["fractions"][str(step)] = measure(_models(cfg, params, kept, vocab_size), ctx)
     return out
+
+
+def _models(cfg: ContinueConfig, params: dict, kept: list, vocab_size: int) -> list:
+    from lncourse.selectability.fused import unstack
+    models = []
+    for i, seed in enumerate(kept):
+        model = build_model(dataclasses.replace(cfg.lm, seed=seed), vocab_size,
+                            VARIANTS[cfg.label])
+        model.load_state_dict(unstack({k: v.detach().cpu().float()
+                                       for k, v in params.items()}, i))
+        models.append(model.eval())
+    return models
+
+
+def _checked_start(cfg, params, kept, vocab_size, ctx, cells: dict) -> dict:
+    """The seeded export's cells at the start step, once the first context of every
+    kept model, measured again from ``params``, equals them exactly."""
+    from lncourse.selectability.seeds_measure import measure
+    again = measure(_models(cfg, params, kept, vocab_size), ctx[:1])
+    for q in ("before", "after"):
+        if len(cells[q]) != len(kept) or any(len(layer) != len(ctx) for m in cells[q]
+                                             for layer in m):
+            raise ValueError("the seeded export's cells do not have this export's shape")
+        for m, model_cells in enumerate(again[q]):
+            if [layer[0] for layer in cells[q][m]] != [layer[0] for layer in model_cells]:
+                raise ValueError(f"the seeded export's {q} cells of model {m} at step "
+                                 f"{cfg.source.lm.steps} are not those of these weights")
+    return {q: cells[q] for q in ("before", "after")}
+
+
+def seeded_start_cells(preset: str) -> dict | None:
+    """The kept models' cells of the seeded run's export (``seeds_<preset>.json``) at its
+    last step, if it is stored and finished; else None."""
+    path = RESULTS_DIR / "selectability" / f"seeds_{preset}.json"
+    if not path.exists():
+        return None
+    seeded = json.loads(path.read_text())
+    if seeded["steps_done"] != PRESETS[preset]().source.lm.steps:
+        return None
+    kept = [m for m, lab in enumerate(seeded["labels"]) if lab == LABEL]
+    return {q: [seeded["final"][q][m] for m in kept] for q in ("before", "after")}
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -233,7 +277,10 @@ def main(argv: list[str] | None = None) -> Path:
                          f"{None if state is None else state['step']} of {cfg.steps})")
         started = json.loads(Path(str(ckpt) + ".start.json").read_text())
         out = RESULTS_DIR / "selectability" / f"seeds_{args.preset}_{cfg.steps}.json"
-        payload = export(cfg, state, args.contexts)
+        start_cells = None if args.contexts else seeded_start_cells(args.preset)
+        payload = export(cfg, state, args.contexts, start_cells)
+        payload["start_cells_from"] = (None if start_cells is None else
+                                       f"selectability/seeds_{args.preset}.json")
         payload["measured_at_commit"] = _git_commit()
         return store_run(out, payload, args.device, state["elapsed"], started,
                          "the finished continuation, exported")

@@ -174,3 +174,28 @@ def test_the_step_50000_claims_read_the_export_and_fail_on_a_moved_count():
     got = {c.key: c for c in S.continuation_claims(moved)}
     assert not got["table1_34000_to_50000"].holds
     assert "+10.0 points" in got["table1_34000_to_50000"].text
+
+
+def test_the_continuation_export_takes_the_seeded_cells_only_if_they_are_its_own(tmp_path):
+    """Given the seeded export's cells at the start step, the export keeps them (after
+    measuring every model's first context again) and refuses cells of other weights."""
+    import json
+
+    from lncourse.selectability import seeds as SD
+    from lncourse.selectability import seeds_continue as C
+    from lncourse.selectability.seeds_measure import result_of
+
+    cfg = C.ContinueConfig.quick()
+    SD.train(cfg.source, tmp_path / "src.ckpt", progress=False)
+    C.train(cfg, tmp_path / "src.ckpt", tmp_path / "cont.ckpt", progress=False)
+    state = C.load_checkpoint(tmp_path / "cont.ckpt", kind="lm_fused")
+    source = result_of(cfg.source, SD.checkpoint_state(cfg.source, tmp_path / "src.ckpt"))
+    kept = [m for m, lab in enumerate(source["labels"]) if lab == C.LABEL]
+    cells = {q: [source["final"][q][m] for m in kept] for q in ("before", "after")}
+    measured = json.loads(json.dumps(C.export(cfg, state)))
+    taken = json.loads(json.dumps(C.export(cfg, state, start_cells=cells)))
+    assert taken["fractions"] == measured["fractions"]
+    other = copy.deepcopy(cells)
+    other["after"][1][0][0] += 0.5                      # a cell these weights do not give
+    with pytest.raises(ValueError, match="not those of these weights"):
+        C.export(cfg, state, start_cells=other)
