@@ -136,26 +136,46 @@ def test_the_continuation_refuses_an_unfinished_source():
         C.ContinueConfig(source=cfg.source, steps=20, extra_snapshots=())
 
 
-def test_the_continuation_export_measures_both_steps(tmp_path):
-    """The export measures the kept models at the source's last step, as the seeded
-    run's own export measured them there, and at the continuation's last step."""
-    import json
-
+@pytest.fixture(scope="module")
+def quick_continuation(tmp_path_factory):
+    """A quick seeded run (to step 20), its continuation to 40, and the seeded export's
+    cells of the kept (no-scaling) models at step 20."""
     from lncourse.selectability import seeds as SD
     from lncourse.selectability import seeds_continue as C
     from lncourse.selectability.seeds_measure import result_of
 
+    tmp_path = tmp_path_factory.mktemp("continuation")
     cfg = C.ContinueConfig.quick()
     SD.train(cfg.source, tmp_path / "src.ckpt", progress=False)
     C.train(cfg, tmp_path / "src.ckpt", tmp_path / "cont.ckpt", progress=False)
     state = C.load_checkpoint(tmp_path / "cont.ckpt", kind="lm_fused")
-    got = json.loads(json.dumps(C.export(cfg, state)))
-    assert got["steps_done"] == 40 and sorted(got["fractions"]) == ["20", "40"]
     source = result_of(cfg.source, SD.checkpoint_state(cfg.source, tmp_path / "src.ckpt"))
     kept = [m for m, lab in enumerate(source["labels"]) if lab == C.LABEL]
+    cells = {q: [source["final"][q][m] for m in kept] for q in ("before", "after")}
+    return cfg, state, cells
+
+
+def test_the_continuation_export_measures_both_steps(quick_continuation):
+    """The export measures the kept models at the source's last step, as the seeded
+    run's own export measured them there, and at the continuation's last step."""
+    import json
+
+    from lncourse.selectability import seeds_continue as C
+
+    cfg, state, cells = quick_continuation
+    got = json.loads(json.dumps(C.export(cfg, state)))
+    assert got["steps_done"] == 40 and sorted(got["fractions"]) == ["20", "40"]
     for q in ("before", "after"):
-        assert got["fractions"]["20"][q] == [source["final"][q][m] for m in kept]
+        assert got["fractions"]["20"][q] == cells[q]
         assert np.asarray(got["fractions"]["40"][q]).shape == (2, 2, 3)
+    # given the seeded cells, the export keeps them (after measuring each model's first
+    # context again) and refuses cells that are not these weights'
+    taken = json.loads(json.dumps(C.export(cfg, state, start_cells=cells)))
+    assert taken["fractions"] == got["fractions"]
+    other = copy.deepcopy(cells)
+    other["after"][1][0][0] += 0.5                      # a cell these weights do not give
+    with pytest.raises(ValueError, match="not those of these weights"):
+        C.export(cfg, state, start_cells=other)
 
 
 def test_the_step_50000_claims_read_the_export_and_fail_on_a_moved_count():
@@ -175,27 +195,3 @@ def test_the_step_50000_claims_read_the_export_and_fail_on_a_moved_count():
     assert not got["table1_34000_to_50000"].holds
     assert "+10.0 points" in got["table1_34000_to_50000"].text
 
-
-def test_the_continuation_export_takes_the_seeded_cells_only_if_they_are_its_own(tmp_path):
-    """Given the seeded export's cells at the start step, the export keeps them (after
-    measuring every model's first context again) and refuses cells of other weights."""
-    import json
-
-    from lncourse.selectability import seeds as SD
-    from lncourse.selectability import seeds_continue as C
-    from lncourse.selectability.seeds_measure import result_of
-
-    cfg = C.ContinueConfig.quick()
-    SD.train(cfg.source, tmp_path / "src.ckpt", progress=False)
-    C.train(cfg, tmp_path / "src.ckpt", tmp_path / "cont.ckpt", progress=False)
-    state = C.load_checkpoint(tmp_path / "cont.ckpt", kind="lm_fused")
-    source = result_of(cfg.source, SD.checkpoint_state(cfg.source, tmp_path / "src.ckpt"))
-    kept = [m for m, lab in enumerate(source["labels"]) if lab == C.LABEL]
-    cells = {q: [source["final"][q][m] for m in kept] for q in ("before", "after")}
-    measured = json.loads(json.dumps(C.export(cfg, state)))
-    taken = json.loads(json.dumps(C.export(cfg, state, start_cells=cells)))
-    assert taken["fractions"] == measured["fractions"]
-    other = copy.deepcopy(cells)
-    other["after"][1][0][0] += 0.5                      # a cell these weights do not give
-    with pytest.raises(ValueError, match="not those of these weights"):
-        C.export(cfg, state, start_cells=other)
