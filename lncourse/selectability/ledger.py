@@ -3,7 +3,9 @@
 :func:`reported` recomputes, from ``selectability/lm_paper.json`` (characters, contexts of
 1,024), ``selectability/lm_quick_bpe.json`` (BPE tokens at the build's size),
 ``selectability/lm_paper_bpe.json`` (BPE tokens, contexts of 1,024) and
-``selectability/seeds_table1.json`` (three seeds toward 34,000 steps), each number the
+``selectability/seeds_table1.json`` (three seeds to 34,000 steps) and
+``selectability/seeds_table1_50000.json`` (the no-scaling seeds carried on to the released
+code's Table 1 checkpoint, step 50,000), each number the
 chapter prints, plots or glues from them: per run, the line that says what ran
 (:func:`lncourse.results.describe`), the tokenizer and the configuration the chapter
 prints, per model its loss curves and final test loss, Tables 1 and 2 per layer at the
@@ -40,13 +42,14 @@ from lncourse.selectability.claims import (lm_claims, tokenisation_at_paper_leng
 __all__ = ["SOURCES", "load_runs", "reported", "main"]
 
 SOURCES = {"stored": "selectability/lm_paper", "stored_bpe": "selectability/lm_quick_bpe",
-           "paper_bpe": "selectability/lm_paper_bpe", "seeds": "selectability/seeds_table1"}
+           "paper_bpe": "selectability/lm_paper_bpe", "seeds": "selectability/seeds_table1",
+           "continuation": "selectability/seeds_table1_50000"}
 LEDGER = "selectability/reported"
 
 
 def load_runs() -> dict:
-    """The stored files chapter 2 reads: {"stored", "stored_bpe", "paper_bpe", "seeds"} ->
-    result."""
+    """The stored files chapter 2 reads: {"stored", "stored_bpe", "paper_bpe", "seeds",
+    "continuation"} -> result."""
     return {key: load_result(name) for key, name in SOURCES.items()}
 
 
@@ -100,7 +103,17 @@ def _seeds(seeds: dict) -> dict:
     return out
 
 
-def reported(stored: dict, stored_bpe: dict, paper_bpe: dict, seeds: dict) -> dict:
+def _continuation(cont: dict) -> dict:
+    """What the replication page shows of the no-scaling seeds carried on to step 50,000:
+    the line that says what ran, each seed's last test loss, and the claims of
+    :func:`lncourse.selectability.seeds_stats.continuation_claims` (their text and values)."""
+    return {"describe": describe(cont), "steps_done": cont["steps_done"],
+            "final_test_loss": [h["test_loss"][-1] for h in cont["histories"]],
+            "claims": {c.key: c for c in seeds_stats.continuation_claims(cont)}}
+
+
+def reported(stored: dict, stored_bpe: dict, paper_bpe: dict, seeds: dict,
+             continuation: dict) -> dict:
     """Every number chapter 2 reports from these stored files (see the module's
     docstring)."""
     gap = report.gap_summary(stored, stored_bpe, stored_bpe)   # "fast" is the build's run
@@ -115,6 +128,7 @@ def reported(stored: dict, stored_bpe: dict, paper_bpe: dict, seeds: dict) -> di
             "gap": {k: v for k, v in gap.items() if not k.startswith("fast_")},
             "tokenisation": tokenisation_at_paper_length(stored, paper_bpe, seeds),
             "lengths_or_directions": structure, "seeds_table1": _seeds(seeds),
+            "seeds_table1_50000": _continuation(continuation),
             "claims": {c.key: c for c in lm_claims(stored, stored_bpe)
                        + tokenisation_claims(stored, paper_bpe, seeds)}}
 
