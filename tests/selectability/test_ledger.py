@@ -58,13 +58,18 @@ def _edit(runs, what):
         runs["seeds"]["histories"][1]["test_loss"][-1] += 0.002
     elif what == "wall time":
         runs["seeds"]["provenance"]["wall_seconds"] *= 2
+    elif what == "step-50,000 middle layer":         # a cell the replay does not recompute
+        runs["continuation"]["fractions"]["50000"]["after"][2][1][7] += 1 / 1024
+    elif what == "step-50,000 final loss":
+        runs["continuation"]["histories"][0]["test_loss"][-1] += 0.001
     return runs
 
 
 EDITS = ["lm_paper cell at n = 1,024", "lm_paper smaller n", "lm_paper proxy",
          "lm_paper tracked fraction", "lm_quick_bpe final loss", "lm_quick_bpe gamma",
          "lm_paper_bpe middle layer", "lm_paper_bpe final loss",
-         "seeds middle layer", "seeds curve", "seeds final loss", "wall time"]
+         "seeds middle layer", "seeds curve", "seeds final loss", "wall time",
+         "step-50,000 middle layer", "step-50,000 final loss"]
 
 
 @pytest.mark.parametrize("what", EDITS)
