@@ -13,6 +13,7 @@ from lncourse.results import RESULTS_DIR, load_result
 from lncourse.selectability import seeds_continue as C
 from lncourse.selectability.experiments import prefix_fractions
 from lncourse.selectability.fused import scaling_flags, stack_models
+from lncourse.selectability.kernel import portable_build as portable_pass
 from lncourse.selectability.lm import held_out_contexts, layer_vectors
 from lncourse.selectability.train import fused_evaluate
 
@@ -37,11 +38,15 @@ def test_step_50000_export_recomputes_from_the_checkpoint():
     assert state["step"] == result["steps_done"] == cfg.steps
     vocab_size, _, test_ids = C.streams(cfg)
     models = C._models(cfg, state["params"], result["seeds"], vocab_size)
-    losses = fused_evaluate(stack_models(models), scaling_flags(models), cfg.lm.n_heads,
-                            test_ids, result["seeds"], batches=cfg.lm.eval_batches,
-                            batch_size=cfg.lm.batch_size, block_size=cfg.lm.block_size,
-                            offset=1)
-    assert losses == pytest.approx([h["test_loss"][-1] for h in result["histories"]],
+    # The second pass (replay-avx2: the kernel's portable build, 12 times slower) asks
+    # only whether LOSS_RTOL holds on other kernels, so it recomputes the first seed's
+    # loss; the first pass checks every seed's against an edit.
+    n = 1 if portable_pass() else len(models)
+    losses = fused_evaluate(stack_models(models[:n]), scaling_flags(models[:n]),
+                            cfg.lm.n_heads, test_ids, result["seeds"][:n],
+                            batches=cfg.lm.eval_batches, batch_size=cfg.lm.batch_size,
+                            block_size=cfg.lm.block_size, offset=1)
+    assert losses == pytest.approx([h["test_loss"][-1] for h in result["histories"][:n]],
                                    rel=LOSS_RTOL)
     n = result["measured_contexts"]
     ctx = held_out_contexts(test_ids, dataclasses.replace(
