@@ -101,3 +101,21 @@ def test_the_page_statements_hold_and_fail_on_contrary_numbers():
     for h in stalled["histories"]:
         h["test_loss"][-1] += 0.1
     assert not _statements(stalled, seeds)["still learning, well below the bigram"]
+
+
+@pytest.mark.slow
+def test_step_50000_every_cell_recomputes():
+    """Every step-50,000 cell of the export (3 models x 4 layers x the held-out contexts,
+    before and after the norm), measured again from the committed checkpoint: the export's
+    own measurement, repeated (about 10 minutes of one core)."""
+    from lncourse.selectability.seeds_measure import measure
+
+    result = load_result("selectability/seeds_table1_50000")
+    cfg = C.PRESETS["table1"]()
+    state = load_checkpoint(CKPT, kind="lm_fused")
+    vocab_size, _, test_ids = C.streams(cfg)
+    n = result["measured_contexts"]
+    ctx = held_out_contexts(test_ids, dataclasses.replace(
+        cfg.lm, contexts=n, track_contexts=min(cfg.lm.track_contexts, n)))
+    models = C._models(cfg, state["params"], result["seeds"], vocab_size)
+    assert measure(models, ctx) == result["fractions"][str(cfg.steps)]
