@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
-from lncourse.results import (RESULTS_DIR, _git_commit, command_line, run_arguments,
-                              run_started, store_run)
+from lncourse.results import (RESULTS_DIR, _git_commit, command_line, load_result,
+                              run_arguments, run_started, store_run)
 from lncourse.selectability.lm import VARIANTS, build_model, tokenized
 from lncourse.selectability.seeds import SeedsConfig, checkpoint_state
 from lncourse.selectability.train import train_fused
@@ -242,7 +242,7 @@ def seeded_start_cells(preset: str) -> dict | None:
     path = RESULTS_DIR / "selectability" / f"seeds_{preset}.json"
     if not path.exists():
         return None
-    seeded = json.loads(path.read_text())
+    seeded = load_result(path)          # the project's reader: checks its provenance
     if seeded["steps_done"] != PRESETS[preset]().source.lm.steps:
         return None
     kept = [m for m, lab in enumerate(seeded["labels"]) if lab == LABEL]
