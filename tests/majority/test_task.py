@@ -492,10 +492,12 @@ def test_scores_uniformity_is_attention_read_token_by_token():
     """The distance to uniform attention from class scores, against its definition: each
     token of a sequence attends over the sequence's tokens by a softmax of S (no class
     tables, no counts), its total-variation distance to 1/T per token, averaged over
-    every token. Classes absent from a sequence and a one-class sequence included."""
+    every token. Classes absent from a sequence and a one-class sequence included, and
+    more sequences than one of the function's blocks of 512 holds."""
     gen = torch.Generator().manual_seed(5)
     S = 3 * torch.randn(4, 4, generator=gen, dtype=torch.float64)
     seqs = [[0, 0, 1, 3, 3, 3], [2, 2, 2, 2, 2, 2], [1, 0, 2, 3, 1, 0]]
+    seqs += torch.randint(0, 4, (1100, 6), generator=gen).tolist()
     counts = torch.stack([torch.bincount(torch.tensor(s), minlength=4) for s in seqs])
     tvs = []
     for s in seqs:
