@@ -10,17 +10,16 @@
 # lane A joins it when the build is done. A lane claims the next unclaimed task (an
 # atomic mkdir) that it can run now, so neither waits while work is left. (A third lane
 # at nice 10, tried in issue 32 to fill the tasks' waits, finished later: 875 s against
-# 845 s, with the unit tests starved behind lane A's tasks. Since then the tasks' CPU
-# fell to about 900 s, and the run is bound by its critical path: the build on lane A,
-# then what needs it.) The grader's tests are the
-# exception, with the student runs and the reader's environments: they mostly wait, so
-# a third lane (C) runs them from the start, then takes from the others' queue
-# (LANE_C below).
+# 845 s, with the unit tests starved behind lane A's tasks. The run is bound by its CPU
+# time, about 1,230 s on two cores, not by idle time.) The grader's tests are the
+# exception, with the student runs, the reader's environments and the browser checks:
+# they mostly wait, so a third lane (C) runs them (LANE_C below; the browser checks
+# took 110 s of wall time for 37 s of CPU at 0a07008, the run's last task on lane B).
 #   students      every student notebook with FULL = True, SCALE = 0.01 (the stubs raise,
 #                 full mode's code paths run)
 #   unit          the unit tests but the grader's
 #   site          every page in Chromium (one load per page and viewport, every check
-#                 on it; tests/book/test_site.py)  [site]
+#                 on it; tests/book/test_site.py), on lane C  [site]
 #   site-other    the rest that needs the build: the solution editions against the
 #                 executed chapters, the published notebooks, chapter 1's heaviest cell
 #                 beside CPU hogs (tests/book/test_build_watch.py)  [site]
@@ -88,11 +87,9 @@ export LNCOURSE_PIP_REPORT=$PWD/_build/pip-report.json
 rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
 # Lane C takes the tasks that mostly wait (on learners' limits, kernels' start-up, the
 # package index); lanes A and B the ones bound by their CPU, each list in claim order.
-# Lane C then joins the queue of A and B: the AVX2 replays need no build, and lane C is
-# free about 90 s before the build is done (the build's lane waited for them after it).
-LANE_C=(grading students colab replay-avx2 site site-other nbval)
-LANES_AB=(unit replay-avx2 site site-other nbval)
-TASKS=(grading students colab unit replay-avx2 site site-other nbval)
+LANE_C=(grading students colab site)
+LANES_AB=(unit replay-avx2 site-other nbval)
+TASKS=("${LANE_C[@]}" "${LANES_AB[@]}")
 NEEDS_SITE=" nbval site site-other "
 task() {
   case "$1" in
