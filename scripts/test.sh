@@ -149,16 +149,12 @@ run_queue() {   # $1: the lane's name; $2...: the tasks it may take. Takes the f
 # and 100 s of a lane), and the slow suite's test_offline_downloads_open checks it
 # (issue 32: the test command's budget)
 export LNCOURSE_PDF_LATER=1
-# Lanes B and C run at nice 5: the build on lane A is the run's critical path (the build,
-# then the tasks that need it), and beside two lanes at the same priority it got about
-# 80% of a core (at 433451e: 336 s of CPU in 412 s of wall time).
-niced() { renice -n 5 -p "$BASHPID" >/dev/null 2>&1 || true; run_queue "$@"; }
-( niced B "${LANES_AB[@]}" ) > _build/lane-b.log 2>&1 &
+run_queue B "${LANES_AB[@]}" > _build/lane-b.log 2>&1 &
 lane_b=$!
 # Lane C, from the start, beside the two lanes: in the quiet run of efeb34a the grader's
 # tests took 176 s of wall time for 70 s of CPU, the student runs 65 s for 46 s, the
 # reader's environments 60 s for about 40 s, each holding a lane for all its wall time.
-( niced C "${LANE_C[@]}" ) > _build/lane-c.log 2>&1 &
+run_queue C "${LANE_C[@]}" > _build/lane-c.log 2>&1 &
 lane_c=$!
 
 wait "$mathjax" || cat _build/mathjax.log   # (the build fetches it again if it failed)
