@@ -52,14 +52,14 @@ from lncourse.lm_recipe import (SWEEP_RULE, Recipe, choose_lr, position_losses, 
 from lncourse.nope.retrained_models import (PRESETS, VARIANTS, RetrainConfig, _data,
                                             build)
 # the replication page reads report and claims from here
-from lncourse.nope.retrained_report import claims, report, stall
+from lncourse.nope.retrained_report import claims, report, slope_claims, stall
 from lncourse.nope.trained import GROUPS, profiles, summary
 from lncourse.results import (RESULTS_DIR, command_line, run_arguments, run_started,
                               store_run)
 from lncourse.transformer import GPT
 
 __all__ = ["run_sweep", "sweep_choice", "train_final", "measure", "run", "report",
-           "claims", "main"]
+           "claims", "slope_claims", "main"]
 
 
 def _ck(ck_dir: Path, kind: str, variant: str, index: int) -> Path:

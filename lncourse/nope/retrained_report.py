@@ -14,7 +14,7 @@ from lncourse.nope.retrained_models import RetrainConfig, _data
 from lncourse.results import RESULTS_DIR
 from lncourse.summary import paired_interval
 
-__all__ = ["report", "claims", "stall"]
+__all__ = ["report", "claims", "slope_claims", "stall"]
 
 
 def _interval(values) -> list[float]:
@@ -84,6 +84,30 @@ def claims(result: dict) -> dict[str, bool]:
         out[f"{v} uses context"] = all(x["late"]["gain"][1] > 0.1 for x in rows)
         out[f"{v} complete"] = all(r.get("complete", True) for r in runs)
     return out
+
+
+def slope_claims(result: dict, top: int = 2) -> dict[str, bool]:
+    """What the replication page says of the variance slopes after training (log variance
+    of a layer's attention output against log m), each True or False on ``result``; every
+    seed must satisfy a statement for it to hold. The thresholds were set after seeing
+    seed 0 of the ``wide`` run and before seeds 1 and 2 were measured:
+
+    * ``NoPE layer 0 keeps 1/m``: the NoPE model's first layer keeps a slope of -0.8 or
+      steeper (-1 is the 1/m of Theorem 1);
+    * ``NoPE layer 0 near uniform``: its attention there stays near uniform (uniformity
+      0.9 or more: entropy over log m);
+    * ``NoPE top layers flat``: its last ``top`` layers' slopes are -0.2 or flatter;
+    * ``learned layer 0 flat``: the control's first layer has a slope of -0.2 or
+      flatter, and ``learned layer 0 not uniform`` a uniformity under 0.6."""
+    rep = report(result)
+    nope, ctl = rep["NoPE"]["seeds"], rep["learned"]["seeds"]
+    return {
+        "NoPE layer 0 keeps 1/m": all(r["slope_after"][0][0] <= -0.8 for r in nope),
+        "NoPE layer 0 near uniform": all(r["uniformity_after"][0][0] >= 0.9 for r in nope),
+        "NoPE top layers flat": all(x[0] >= -0.2 for r in nope
+                                    for x in r["slope_after"][-top:]),
+        "learned layer 0 flat": all(r["slope_after"][0][0] >= -0.2 for r in ctl),
+        "learned layer 0 not uniform": all(r["uniformity_after"][0][0] < 0.6 for r in ctl)}
 
 
 def stall(windows: int = 64, late_start: int = 64) -> dict:
