@@ -25,8 +25,9 @@ its stored curves) and the sentences on them (:func:`verdict.trained_claims`); f
 ``nope/stream_gpu.json`` (the probe on a lent GPU) the sentences of
 :func:`stream_gpu.claims` and the paper-budget readings the replication page glues, and
 the exploratory depth trend (:func:`stream_report.trend_claim`); from
-``nope/trained_lm_stall.json`` and ``nope/trained_recipe_cpu.json`` (the stalled run and
-the recipe that learns, with a learned-position control) the losses beside their
+``nope/trained_lm_stall.json``, ``nope/trained_recipe_cpu.json`` and
+``nope/trained_recipe_wide.json`` (the stalled run, and the recipe that learns at two
+sizes, with a learned-position control) the losses beside their
 references, the gains at late positions, the per-layer slopes and the sentences
 (:func:`retrained_report.report`, :func:`retrained_report.claims`). The ledger
 ``results/nope/reported.json`` holds them, written by::
@@ -56,7 +57,7 @@ SOURCES = {"probe": "nope/probe_paper", "ablation": "nope/ablation_cpu",
            "features": "nope/features_benchmark", "decode": "nope/decode_cpu",
            "trained": "nope/trained_lm", "stream": "nope/stream_paper",
            "gpu": "nope/stream_gpu", "stall": "nope/trained_lm_stall",
-           "recipe": "nope/trained_recipe_cpu"}
+           "recipe": "nope/trained_recipe_cpu", "recipe_wide": "nope/trained_recipe_wide"}
 LEDGER = "nope/reported"
 
 
@@ -161,18 +162,19 @@ def _device_runs(gpu: dict, stream: dict, reads: dict) -> dict:
                       for p in ("classifier", "regression")}}
 
 
-def _retrained(stall: dict, recipe: dict) -> dict:
-    """The stalled run's losses beside its references and its late-position gain; the
-    recipe's report and sentences."""
+def _retrained(stall: dict, *recipes: dict) -> dict:
+    """The stalled run's losses beside its references and its late-position gain; each
+    recipe run's report and sentences (the ``cpu`` preset, then ``wide``)."""
     return {"stall": {k: stall[k] for k in ("references", "history", "late")},
-            "recipe": {"describe": describe(recipe),
-                       "report": retrained_report.report(recipe),
-                       "claims": retrained_report.claims(recipe)}}
+            **{key: {"describe": describe(r), "report": retrained_report.report(r),
+                     "claims": retrained_report.claims(r),
+                     "slope_claims": retrained_report.slope_claims(r)}
+               for key, r in zip(("recipe", "recipe_wide"), recipes)}}
 
 
 def reported(probe: dict, ablation: dict, features: dict, decode: dict,
              trained: dict, stream: dict, stream_readings: dict, gpu: dict,
-             stall: dict, recipe: dict) -> dict:
+             stall: dict, recipe: dict, recipe_wide: dict) -> dict:
     """Every number chapter 4 reports from these stored files (see the module's
     docstring)."""
     return {"probe_paper": _probe(probe), "ablation_cpu": _ablation(ablation),
@@ -180,7 +182,7 @@ def reported(probe: dict, ablation: dict, features: dict, decode: dict,
             "decode_cpu": _decode(decode),
             "stream_paper": _stream(stream, stream_readings, ablation),
             "stream_gpu": _device_runs(gpu, stream, stream_readings),
-            "trained_recipe": _retrained(stall, recipe),
+            "trained_recipe": _retrained(stall, recipe, recipe_wide),
             "features_benchmark": {
                 "describe": describe(features),
                 "speedup_per_cpu_hour": features["speedup_per_cpu_hour"],

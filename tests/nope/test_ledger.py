@@ -60,6 +60,8 @@ def _edit(runs, what):
         runs["gpu"]["readings"]["phases"]["paper"]["classifier"]["mean_1_to_K_each"][0] -= 0.5
     elif what == "a recipe test loss":              # the NoPE model's final test loss
         runs["recipe"]["models"]["NoPE"][0]["test_loss"] -= 0.01
+    elif what == "a wide recipe slope":            # seed 2's control, layer 3's curve
+        runs["recipe_wide"]["models"]["learned"][2]["after"]["layers"][3]["slope"] += 0.01
     elif what == "a stalled loss":                  # the stalled run at step 3,000
         runs["stall"]["history"]["test_loss"][-1] += 0.01
     return runs
@@ -71,7 +73,7 @@ def _edit(runs, what):
                                   "the final test loss", "a decoded error",
                                   "an all-positions error", "an all-positions reading",
                                   "a paper-budget error", "a recipe test loss",
-                                  "a stalled loss"])
+                                  "a wide recipe slope", "a stalled loss"])
 def test_an_edited_stored_number_fails_the_ledger(runs, what):
     assert C.compare(L.reported(**_edit(runs, what)), C.load_ledger(LEDGER)), what
 

@@ -20,6 +20,7 @@ from lncourse.nope.trained import profiles, slopes
 from lncourse.results import RESULTS_DIR
 
 STORED = RESULTS_DIR / "nope" / "trained_recipe_cpu.json"
+WIDE = RESULTS_DIR / "nope" / "trained_recipe_wide.json"     # three seeds, d = 128
 STALL = RESULTS_DIR / "nope" / "trained_lm_stall.json"
 
 
@@ -60,19 +61,24 @@ def test_a_crashed_sweep_part_resumes_and_the_rule_reads_its_record(tmp_path,
         R.main(["--preset", "tiny", "--quiet", "--part", "final/learned/0"])
 
 
-def _stored():
-    if not STORED.exists():
-        pytest.skip("the cpu run is not stored yet")
-    return json.loads(STORED.read_text()), torch.load(STORED.with_suffix(".pt"),
-                                                      weights_only=True)
+def _stored(path=STORED):
+    if not path.exists():
+        pytest.skip(f"{path.name} is not stored yet")
+    return json.loads(path.read_text()), torch.load(path.with_suffix(".pt"),
+                                                    weights_only=True)
 
 
-def test_stored_run_recomputes_from_its_weights():
-    result, weights = _stored()
+@pytest.mark.parametrize("path, seeds", [
+    (STORED, [0]), (WIDE, [0]),
+    pytest.param(WIDE, [1, 2], marks=pytest.mark.slow, id="wide-other-seeds")])
+def test_stored_run_recomputes_from_its_weights(path, seeds):
+    """Each seed's per-position losses and a group of every layer's variance curve, from
+    the stored weights (the wide run's first seed in CI, its others in the slow run)."""
+    result, weights = _stored(path)
     cfg = M.RetrainConfig.from_dict(result["config"])
     tok, train_ids, test_ids = M._data()
-    for variant in M.VARIANTS:
-        run = result["models"][variant][0]
+    for variant, index in [(v, i) for v in M.VARIANTS for i in seeds]:
+        run = result["models"][variant][index]
         model = M.load_models(result, weights, variant, run["seed"])
         pos = position_losses(model, train_ids, test_ids, windows=cfg.loss_windows,
                               block_size=cfg.block_size, seed=run["seed"] + 100,
@@ -120,3 +126,23 @@ def test_stall_is_at_the_bigram_level():
     np.testing.assert_allclose(again["positions"]["bigram"], stall["positions"]["bigram"],
                                atol=1e-12)
     assert gain["gain"][1] < 0.05      # no context used: the interval reaches below 0.05
+
+
+def test_wide_run_learned_and_its_slope_statements_fail_on_contrary_numbers():
+    """The wide run's statements: both variants learned (0.3 nats below the bigram in
+    every seed) and use their context; the NoPE model's first layer keeps the 1/m shape
+    and stays near uniform, its top layers flatten, the control's first layer flattens.
+    Each slope statement fails when one seed's number is moved across its threshold."""
+    result, _ = _stored(WIDE)
+    assert all(RR.claims(result).values()), RR.claims(result)
+    assert all(RR.slope_claims(result).values()), RR.slope_claims(result)
+    edits = {"NoPE layer 0 keeps 1/m": ("NoPE", 0, "slope", -0.5),
+             "NoPE layer 0 near uniform": ("NoPE", 0, "uniformity", 0.8),
+             "NoPE top layers flat": ("NoPE", -1, "slope", -0.5),
+             "learned layer 0 flat": ("learned", 0, "slope", -0.9),
+             "learned layer 0 not uniform": ("learned", 0, "uniformity", 0.95)}
+    for statement, (variant, layer, key, value) in edits.items():
+        edited = copy.deepcopy(result)
+        edited["models"][variant][2]["after"]["layers"][layer][key] = value
+        got = RR.slope_claims(edited)
+        assert not got[statement] and sum(got.values()) == len(got) - 1, statement
