@@ -87,9 +87,11 @@ export LNCOURSE_PIP_REPORT=$PWD/_build/pip-report.json
 rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
 # Lane C takes the tasks that mostly wait (on learners' limits, kernels' start-up, the
 # package index); lanes A and B the ones bound by their CPU, each list in claim order.
-LANE_C=(grading students colab site)
+# After the browser checks lane C also takes what the others left of the site's tasks
+# (a task is claimed once): at 9ff901b lane B ran nbval last, 47 s after lane C was done.
+LANE_C=(grading students colab site site-other nbval)
 LANES_AB=(unit replay-avx2 site-other nbval)
-TASKS=("${LANE_C[@]}" "${LANES_AB[@]}")
+TASKS=(grading students colab site unit replay-avx2 site-other nbval)
 NEEDS_SITE=" nbval site site-other "
 task() {
   case "$1" in
