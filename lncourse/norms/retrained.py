@@ -17,8 +17,9 @@ rate a short sweep chose by a rule fixed beforehand
   :func:`lncourse.norms.trained.head_counts`) on the held-out contexts of the old run,
   at initialisation and after training.
 
-Two presets: ``paper`` is chapter 2's model (d = 8, 4 heads, 4 layers); ``wide`` keeps
-dh = 2 with d = 32 and 16 heads, in case d = 8 cannot get clearly below the bigram::
+Presets: ``paper`` is chapter 2's model (d = 8, 4 heads, 4 layers); ``wide`` keeps
+dh = 2 with d = 32 and 16 heads, in case d = 8 cannot get clearly below the bigram;
+``wide_cpu`` is ``wide`` at batch 16 for 2,000 steps, the CPU's run::
 
     python -m lncourse.norms.retrained --preset paper --part sweep/DyT/0 --device cuda
     python -m lncourse.norms.retrained --preset paper --part final/DyT/0 --device cuda
