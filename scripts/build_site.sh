@@ -4,18 +4,24 @@
 # with the values of the executed build.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# torch's threads per kernel: the cores other work leaves free when the build starts (the
-# load average, read before the set-up adds its own). Beside two CPU-bound processes on 2
-# cores, 40 steps of chapter 3's training took 24 s on two threads and 8.2 s on one; on
-# an idle machine, 3.5 s and 4.4 s (2026-11-24). OMP_NUM_THREADS, if set, decides.
+# Notebook pages executed at once (scripts/preexecute.py), and torch's threads in each:
+# from the cores other work leaves free when the build starts (the load average, read
+# before the set-up adds its own), at most 4 pages at once. Beside two CPU-bound
+# processes on 2 cores, 40 steps of chapter 3's training took 24 s on two threads and
+# 8.2 s on one; on an idle machine, 3.5 s and 4.4 s (2026-11-24): two pages on one
+# thread each beat one page on two. LNCOURSE_BUILD_JOBS and OMP_NUM_THREADS, if set,
+# decide.
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)   # (nproc obeys both)
+busy=$(awk '{ printf "%d", $1 + 0.5 }' /proc/loadavg)
+free=$(( cores - busy )); [ "$free" -ge 1 ] || free=1
+jobs=${LNCOURSE_BUILD_JOBS:-$(( free < 4 ? free : 4 ))}
 if [ -z "${OMP_NUM_THREADS:-}" ]; then
-  cores=$(nproc)
-  busy=$(awk '{ printf "%d", $1 + 0.5 }' /proc/loadavg)
-  threads=$(( cores - busy )); [ "$threads" -ge 1 ] || threads=1
+  threads=$(( free / jobs )); [ "$threads" -ge 1 ] || threads=1
   export OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
-  echo "[site] $cores cores, load average $(cut -d' ' -f1 /proc/loadavg): $threads torch" \
-       "thread(s) per notebook (OMP_NUM_THREADS chooses)"
 fi
+echo "[site] $cores cores, load average $(cut -d' ' -f1 /proc/loadavg): $jobs page(s)" \
+     "at once, $OMP_NUM_THREADS torch thread(s) each (LNCOURSE_BUILD_JOBS and" \
+     "OMP_NUM_THREADS choose)"
 bash scripts/setup_env.sh
 PY=.venv/bin/python
 export LNCOURSE_DEVICE=${LNCOURSE_DEVICE:-cpu}   # the site is built in fast mode on the CPU
@@ -57,16 +63,36 @@ rm -rf _build/notebooks
 $PY scripts/editions.py --out _build/notebooks book/01_layernorm_geometry.md \
   >/dev/null 2>&1 \
   || $PY scripts/editions.py --out _build/notebooks book/01_layernorm_geometry.md
-echo "[site] building the book (chapters executed and cached in _build/.jupyter_cache)"
 start=$(date +%s)
+stalled() {
+  if [ -s "$WATCH/STALLED" ]; then
+    echo "[site] FAILED: a notebook stalled:" >&2
+    sed 's/^/[site]   /' "$WATCH/STALLED" >&2
+    exit 1
+  fi
+}
+# The notebook pages, executed $jobs at a time into the cache the build reads (an
+# unchanged page is not executed again).
+echo "[site] executing the notebook pages into _build/.jupyter_cache"
 status=0
-.venv/bin/jupyter-book build . --builder html -n -W --keep-going || status=$?
-if [ -s "$WATCH/STALLED" ]; then
-  echo "[site] FAILED: a notebook stalled:" >&2
-  sed 's/^/[site]   /' "$WATCH/STALLED" >&2
+$PY scripts/preexecute.py --cache _build/.jupyter_cache --jobs "$jobs" || status=$?
+stalled
+[ "$status" -eq 0 ] || exit "$status"
+echo "[site] building the book (notebooks from _build/.jupyter_cache)"
+status=0
+.venv/bin/jupyter-book build . --builder html -n -W --keep-going 2>&1 \
+  | tee _build/book-build.log || status=$?
+stalled
+[ "$status" -eq 0 ] || exit "$status"
+# Every page was in the cache, so the build executed none itself: one it did means
+# preexecute.py's cache key no longer matches myst-nb's (a changed myst-nb or
+# jupyter-cache), and every page would run twice.
+if grep -q "Executing notebook" _build/book-build.log; then
+  echo "[site] FAILED: the build executed notebook pages itself (scripts/preexecute.py's" \
+       "cache key did not match myst-nb's):" >&2
+  grep -B2 "Executing notebook" _build/book-build.log | sed 's/^/[site]   /' >&2
   exit 1
 fi
-[ "$status" -eq 0 ] || exit "$status"
 # Every chapter's execution time, from the execution cache. Over the budget of 300 s is a
 # warning (a busy machine is slow; that is not the reader's build failing).
 $PY scripts/execution_report.py --cache _build/.jupyter_cache --warn-notebook 300

@@ -68,6 +68,10 @@ export LNCOURSE_DEVICE=${LNCOURSE_DEVICE:-cpu}
 # traffic was the cause of the stall of issue 11 (see scripts/build_site.sh).
 export LNCOURSE_NO_WIDGETS=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
+# The build executes two notebook pages at once (scripts/preexecute.py), whatever the
+# load average says when it starts: at 9ff901b its ten pages, one after another, were
+# 336 s of the test command's critical path.
+export LNCOURSE_BUILD_JOBS=${LNCOURSE_BUILD_JOBS:-2}
 mkdir -p _build
 stamp() { echo "[test] $1 at $(( $(date +%s) - start )) s"; }
 TIMEFORMAT="%0R s wall, %0U s user + %0S s system CPU"

@@ -1,0 +1,121 @@
+"""scripts/preexecute.py: the build's notebook pages, executed several at once into the
+cache that jupyter-book then reads (issue 32's budget).
+
+A small book of its own: its pages executed by the script, then built by jupyter-book,
+which must find every page in the cache and execute none (a cache key that did not
+match myst-nb's would make every page of the real build run twice)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import preexecute
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = """\
+---
+jupytext:
+  text_representation:
+    extension: .md
+    format_name: myst
+kernelspec:
+  display_name: Python 3
+  language: python
+  name: python3
+---
+
+# {title}
+
+Some prose, with $x^2$ and a fence:
+
+:::{{note}}
+A note.
+:::
+
+```{{code-cell}} ipython3
+:tags: [hide-input]
+import os
+print({title!r}, os.getpid())
+```
+
+```{{code-cell}} ipython3
+{code}
+```
+"""
+
+
+def _book(tmp_path: Path, pages: dict[str, str]) -> Path:
+    """A book in ``tmp_path``: ``pages`` maps a page's name to its last cell's code."""
+    config = (ROOT / "_config.yml").read_text()
+    keep = config[:config.index("# The PDF")]   # execution and MyST settings
+    (tmp_path / "_config.yml").write_text(keep)
+    toc = ["format: jb-book", "root: intro", "chapters:"]
+    toc += [f"  - file: {name}" for name in pages]
+    (tmp_path / "_toc.yml").write_text("\n".join(toc) + "\n")
+    (tmp_path / "intro.md").write_text("# A small book\n\nProse only.\n")
+    for name, code in pages.items():
+        (tmp_path / f"{name}.md").write_text(PAGE.format(title=name, code=code))
+    return tmp_path
+
+
+def test_pages_that_share_a_run_run_in_one_worker(tmp_path):
+    run = 'from lncourse.modes import shared_checkpoint\nshared_checkpoint("{}", None)'
+    book = _book(tmp_path, {"a": "1", "b": run.format("x"), "c": "3",
+                            "d": run.format("x"), "e": run.format("y-2")})
+    groups, cached = preexecute.plan(book, book / "_build" / ".jupyter_cache")
+    names = [[Path(p).stem for p in g] for g in groups]
+    assert cached == 0
+    # no times recorded yet: the toc's order, each group in it
+    assert names == [["a"], ["b", "d"], ["c"], ["e"]], names
+    assert "intro" not in str(groups)                  # prose only: not a notebook
+
+
+def test_the_books_shared_runs_are_found(tmp_path):
+    groups, _ = preexecute.plan(ROOT, tmp_path / "cache")
+    chains = [[Path(p).stem for p in g] for g in groups if len(g) > 1]
+    assert ["02_unselectable_keys", "02_unselectable_keys_replication"] in chains
+    assert ["03_majority", "03_majority_replication"] in chains
+    assert sum(map(len, groups)) == 10                 # every notebook page, once
+
+
+def test_runs_shared_through_a_page_join_one_group():
+    pages = {"a": 'shared_checkpoint("x")', "b": "none", "c": "shared_checkpoint( 'y')",
+             "d": 'shared_checkpoint("x") + shared_checkpoint("y")',
+             "e": 'shared_checkpoint("z", C)'}
+    assert preexecute.shared_runs(pages) == [["a", "c", "d"], ["e"]]
+
+
+def test_the_build_finds_every_page_in_the_cache(tmp_path):
+    book = _book(tmp_path, {"a": "x = 1\nx", "b": "import time\ntime.sleep(1)",
+                            "c": "print('c')"})
+    assert preexecute.main(["--root", str(book), "--jobs", "2"]) == 0
+    groups, cached = preexecute.plan(book, book / "_build" / ".jupyter_cache")
+    assert (groups, cached) == ([], 3)                 # run again, nothing to execute
+    build = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", str(book),
+         "--builder", "html"], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "IPYTHONDIR": str(tmp_path / "ipython")})
+    log = build.stdout + build.stderr
+    assert build.returncode == 0, log[-3000:]
+    assert log.count("Using cached notebook") == 3, log[-3000:]
+    assert "Executing notebook" not in log             # build_site.sh's check
+
+
+def test_a_failing_page_fails_with_its_name(tmp_path, capsys):
+    book = _book(tmp_path, {"good": "1", "bad": "raise ValueError('no such value')"})
+    assert preexecute.main(["--root", str(book), "--jobs", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED bad.md" in out and "no such value" in out
+    groups, cached = preexecute.plan(book, book / "_build" / ".jupyter_cache")
+    assert cached == 1 and [Path(g[0]).stem for g in groups] == ["bad"]
+
+
+def test_jobs_must_be_positive(tmp_path):
+    with pytest.raises(SystemExit):
+        preexecute.main(["--root", str(tmp_path), "--jobs", "0"])
