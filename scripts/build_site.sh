@@ -93,6 +93,10 @@ if grep -q "Executing notebook" _build/book-build.log; then
   grep -B2 "Executing notebook" _build/book-build.log | sed 's/^/[site]   /' >&2
   exit 1
 fi
+# The executed notebooks as MyST-NB would leave them had it executed them (it leaves a
+# page found in the cache without outputs; scripts/preexecute.py).
+$PY scripts/preexecute.py --cache _build/.jupyter_cache --write-executed \
+  _build/jupyter_execute
 # Every chapter's execution time, from the execution cache. Over the budget of 300 s is a
 # warning (a busy machine is slow; that is not the reader's build failing).
 $PY scripts/execution_report.py --cache _build/.jupyter_cache --warn-notebook 300

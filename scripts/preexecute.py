@@ -17,6 +17,12 @@ For every notebook page of the table of contents it
 The build then finds every page in the cache and only renders it; ``build_site.sh``
 fails if the build executed any page itself (a cache key that did not match).
 
+A page found in the cache leaves, in MyST-NB 1.4, a copy without outputs in
+``_build/jupyter_execute`` (it writes the notebook it read, not the one it merged with
+the cache's outputs), where a page it executed leaves the executed notebook. So after
+the build ``--write-executed`` writes each page's copy again, merged with its outputs
+as MyST-NB rendered it (``tests/book/test_notebooks.py`` reads those outputs).
+
 Pages that share a fast-mode run (``lncourse.modes.shared_checkpoint``: chapters 2 and
 3's lessons train it, their replication pages resume it at the last step) run one after
 the other in one worker, in the order of the table of contents: two pages at once would
@@ -26,6 +32,8 @@ the cache's last record of it; pages without one first of all, in the order of t
 table of contents).
 
     python scripts/preexecute.py --cache _build/.jupyter_cache --jobs 2
+    python scripts/preexecute.py --cache _build/.jupyter_cache --write-executed \
+        _build/jupyter_execute
 """
 
 from __future__ import annotations
@@ -161,6 +169,30 @@ def plan(root: Path, cache_dir: Path) -> tuple[list[list[str]], int]:
     return sorted(groups, key=key), cached
 
 
+def write_executed(root: Path, cache_dir: Path, out: Path) -> int:
+    """Write every notebook page's executed copy, merged with the cache's outputs, to
+    ``out/<page>.ipynb``; the number written. A page the cache lacks is an error."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    md, nb_config = configs(root, cache_dir)
+    cache = get_cache(str(cache_dir))
+    written = 0
+    for page in toc_pages(root):
+        read = read_page((root / page).with_suffix(".md"), md, nb_config)
+        if read is None:
+            continue
+        try:
+            _, merged = cache.merge_match_into_notebook(read[0])
+        except KeyError:
+            raise SystemExit(f"[preexec] {page}: not in the cache {cache_dir}") from None
+        target = out / f"{page}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(nbformat.writes(merged), encoding="utf-8")
+        written += 1
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=ROOT,
@@ -168,9 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=None,
                         help="the execution cache (default <root>/_build/.jupyter_cache)")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--write-executed", type=Path, metavar="DIR",
+                        help="after the build: write each page's executed copy to DIR "
+                        "(MyST-NB's jupyter_execute) from the cache, and stop")
     args = parser.parse_args(argv)
     root = args.root.resolve()
     cache_dir = (args.cache or root / "_build" / ".jupyter_cache").resolve()
+    if args.write_executed:
+        n = write_executed(root, cache_dir, args.write_executed)
+        print(f"[preexec] wrote {n} executed notebooks to {args.write_executed}")
+        return 0
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     from jupyter_cache import get_cache

@@ -6,8 +6,9 @@
 #
 # Two lanes of one thread each keep both cores busy (measured in issue 11: one chapter
 # alone on two threads is faster, but two one-thread lanes finish the whole run sooner).
-# Lane A builds the site (fast mode); meanwhile lane B takes tasks from one queue, and
-# lane A joins it when the build is done. A lane claims the next unclaimed task (an
+# Lane A builds the site (fast mode), executing two notebook pages at a time
+# (scripts/preexecute.py); meanwhile lane B takes tasks from one queue, and lane A
+# joins it when the build is done. A lane claims the next unclaimed task (an
 # atomic mkdir) that it can run now, so neither waits while work is left. (A third lane
 # at nice 10, tried in issue 32 to fill the tasks' waits, finished later: 875 s against
 # 845 s, with the unit tests starved behind lane A's tasks. The run is bound by its CPU
@@ -17,7 +18,8 @@
 # took 110 s of wall time for 37 s of CPU at 0a07008, the run's last task on lane B).
 #   students      every student notebook with FULL = True, SCALE = 0.01 (the stubs raise,
 #                 full mode's code paths run)
-#   unit          the unit tests but the grader's
+#   unit-1        the unit tests of tests/norms, tests/nope and tests/majority
+#   unit-2        the other unit tests but the grader's
 #   site          every page in Chromium (one load per page and viewport, every check
 #                 on it; tests/book/test_site.py), on lane C  [site]
 #   site-other    the rest that needs the build: the solution editions against the
@@ -32,7 +34,7 @@
 #                 (ATEN_CPU_CAPABILITY=avx2) and the course's C kernel in its portable
 #                 build (LNCOURSE_PORTABLE_KERNEL=1: no -march=native, no -ffast-math;
 #                 cached under a name of its own): a CPU without AVX-512 must pass them
-#                 too (issue 32). The unit task runs them on this CPU's own paths.
+#                 too (issue 32). The unit tasks run them on this CPU's own paths.
 #                 (The site's, the grader's and the checks' tests hold no replay, and
 #                 not collecting them saves their imports.)
 # (Run as a third process beside the lanes, the reader's environments slowed both lanes
@@ -94,15 +96,22 @@ rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
 # After the browser checks lane C also takes what the others left of the site's tasks
 # (a task is claimed once): at 9ff901b lane B ran nbval last, 47 s after lane C was done.
 LANE_C=(grading students colab site site-other nbval)
-LANES_AB=(unit replay-avx2 site-other nbval)
-TASKS=(grading students colab site unit replay-avx2 site-other nbval)
+LANES_AB=(unit-1 unit-2 replay-avx2 site-other nbval)
+TASKS=(grading students colab site unit-1 unit-2 replay-avx2 site-other nbval)
 NEEDS_SITE=" nbval site site-other "
+# The unit tests in two halves of about 135 s of CPU each (measured at 67ef50e), so that
+# lane A takes the second half when the build is done instead of leaving lane B to run
+# them all: at 67ef50e one unit task ran alone for the last 68 s of a 668 s run.
+UNIT_1=(tests/norms tests/nope tests/majority)
 task() {
   case "$1" in
     students) $PY -m pytest -m "notebooks and not slow" -k student -p no:cacheprovider -q \
                 --durations=0 ;;
-    unit) $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider -q \
-            --ignore=tests/book/test_colab.py --ignore=tests/grading --durations=10 ;;
+    unit-1) $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider \
+              -q --durations=5 "${UNIT_1[@]}" ;;
+    unit-2) $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider \
+              -q --ignore=tests/book/test_colab.py --ignore=tests/grading --durations=5 \
+              "${UNIT_1[@]/#/--ignore=}" ;;
     replay-avx2) ATEN_CPU_CAPABILITY=avx2 LNCOURSE_PORTABLE_KERNEL=1 $PY -m pytest \
                    -m "replay and not slow" -p no:cacheprovider -q --durations=10 \
                    --ignore=tests/book --ignore=tests/grading --ignore=tests/checks ;;

@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import nbformat
 import pytest
 
 import preexecute
@@ -105,6 +106,17 @@ def test_the_build_finds_every_page_in_the_cache(tmp_path):
     assert build.returncode == 0, log[-3000:]
     assert log.count("Using cached notebook") == 3, log[-3000:]
     assert "Executing notebook" not in log             # build_site.sh's check
+    # MyST-NB's copy of a page it found in the cache has no outputs; written again
+    executed = book / "_build" / "jupyter_execute"
+    assert not nbformat.read(executed / "a.ipynb", 4).cells[-1].outputs
+    assert preexecute.main(["--root", str(book), "--write-executed", str(executed)]) == 0
+    for name, shown in [("a", "1"), ("c", "c\n")]:
+        nb = nbformat.read(executed / f"{name}.ipynb", 4)
+        first, last = [c for c in nb.cells if c.cell_type == "code"][-2:]
+        assert first.outputs[0]["text"].startswith(f"{name} ")
+        out = last.outputs[0]
+        assert out.get("text", out.get("data", {}).get("text/plain")) == shown
+        assert "kernelspec" in nb.metadata and "language_info" in nb.metadata
 
 
 def test_a_failing_page_fails_with_its_name(tmp_path, capsys):
