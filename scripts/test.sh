@@ -14,8 +14,8 @@
 # 845 s, with the unit tests starved behind lane A's tasks. The run is bound by its CPU
 # time, about 1,230 s on two cores, not by idle time.) The grader's tests are the
 # exception, with the student runs, the reader's environments and the browser checks:
-# they mostly wait, so a third lane (C) runs them (LANE_C below; the browser checks
-# took 110 s of wall time for 37 s of CPU at 0a07008, the run's last task on lane B).
+# they mostly wait, so two more lanes (C and D) run them (LANE_C and LANE_D below; the
+# browser checks took 110 s of wall time for 37 s of CPU at 0a07008).
 #   students      every student notebook with FULL = True, SCALE = 0.01 (the stubs raise,
 #                 full mode's code paths run)
 #   unit-1        the unit tests of tests/norms, tests/nope and tests/majority
@@ -91,11 +91,14 @@ export LNCOURSE_PIP_REPORT=$PWD/_build/pip-report.json
 
 # The queues; [site] tasks wait for lane A's marker.
 rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
-# Lane C takes the tasks that mostly wait (on learners' limits, kernels' start-up, the
-# package index); lanes A and B the ones bound by their CPU, each list in claim order.
-# After the browser checks lane C also takes what the others left of the site's tasks
-# (a task is claimed once): at 9ff901b lane B ran nbval last, 47 s after lane C was done.
-LANE_C=(grading students colab site site-other nbval)
+# Lanes C and D take the tasks that mostly wait (on learners' limits, kernels' start-up,
+# the package index); lanes A and B the ones bound by their CPU, each list in claim
+# order. Once the site is built, C and D take its tasks (a task is claimed once): at
+# d00f193 one lane C ran the grader's tests, the student runs and the reader's
+# environments first, so the browser checks (133 s of wall time for 42 s of CPU) began
+# 56 s after the build and that lane's tasks, 631 s end to end, ended last but one.
+LANE_C=(grading site site-other nbval)
+LANE_D=(students colab site site-other nbval)
 LANES_AB=(unit-1 unit-2 replay-avx2 site-other nbval)
 TASKS=(grading students colab site unit-1 unit-2 replay-avx2 site-other nbval)
 NEEDS_SITE=" nbval site site-other "
@@ -166,11 +169,13 @@ run_queue() {   # $1: the lane's name; $2...: the tasks it may take. Takes the f
 export LNCOURSE_PDF_LATER=1
 run_queue B "${LANES_AB[@]}" > _build/lane-b.log 2>&1 &
 lane_b=$!
-# Lane C, from the start, beside the two lanes: in the quiet run of efeb34a the grader's
+# Lanes C and D, from the start, beside the two lanes: in the quiet run of efeb34a the grader's
 # tests took 176 s of wall time for 70 s of CPU, the student runs 65 s for 46 s, the
 # reader's environments 60 s for about 40 s, each holding a lane for all its wall time.
 run_queue C "${LANE_C[@]}" > _build/lane-c.log 2>&1 &
 lane_c=$!
+run_queue D "${LANE_D[@]}" > _build/lane-d.log 2>&1 &
+lane_d=$!
 
 wait "$mathjax" || cat _build/mathjax.log   # (the build fetches it again if it failed)
 stamp "lane A: site build"
@@ -185,7 +190,8 @@ else
 fi
 wait $lane_b || true
 wait $lane_c || true
-cat _build/lane-b.log _build/lane-c.log
+wait $lane_d || true
+cat _build/lane-b.log _build/lane-c.log _build/lane-d.log
 failed=()
 for name in "${TASKS[@]}" build; do
   [ -e "_build/task-$name.rc" ] || continue
