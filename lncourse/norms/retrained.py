@@ -15,7 +15,11 @@ rate a short sweep chose by a rule fixed beforehand
   positions >= ``late_start`` is what attention's context adds;
 * the unselectable fraction of every head's keys (dh = 2, counted exactly by
   :func:`lncourse.norms.trained.head_counts`) on the held-out contexts of the old run,
-  at initialisation and after training.
+  at initialisation and after training;
+* on the same contexts, what reaches the final norm and what leaves it
+  (:func:`lncourse.norms.retrained_models.residual_parts`): in the DyT models of the
+  sweeps a constant vector outgrew the token-dependent part, tanh saturated, and every
+  position got the same logits.
 
 Presets: ``paper`` is chapter 2's model (d = 8, 4 heads, 4 layers); ``wide`` keeps
 dh = 2 with d = 32 and 16 heads, in case d = 8 cannot get clearly below the bigram;
@@ -45,7 +49,7 @@ from lncourse.lm_recipe import (SWEEP_RULE, choose_lr, context_gain, position_lo
                                 reference_losses, with_references)
 from lncourse.norms.heads import mean_interval
 from lncourse.norms.retrained_models import (PRESETS, HeadsRecipeConfig, _data, build,
-                                             contexts_of)
+                                             contexts_of, residual_parts)
 from lncourse.norms.trained import VARIANTS, head_counts
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.summary import paired_interval
@@ -103,8 +107,9 @@ def measure(model: GPT, cfg: HeadsRecipeConfig, seed: int) -> dict:
     per_pos = position_losses(model, train_ids, test_ids, windows=cfg.loss_windows,
                               block_size=cfg.block_size, seed=seed + 100,
                               vocab_size=tok.vocab_size)
-    return {"test_loss": loss, "positions": per_pos,
-            "counts": head_counts(model, contexts_of(cfg, test_ids))}
+    contexts = contexts_of(cfg, test_ids)
+    return {"test_loss": loss, "positions": per_pos, "counts": head_counts(model, contexts),
+            "residual": residual_parts(model, contexts)}
 
 
 def run(cfg: HeadsRecipeConfig, ck_dir: Path | None, device: str = "cpu",
@@ -133,7 +138,8 @@ def run(cfg: HeadsRecipeConfig, ck_dir: Path | None, device: str = "cpu",
             models[variant].append({"seed": seed, "lr": chosen[variant], "history": history,
                                     "sessions": timing.get("sessions", []),
                                     "test_loss": m["test_loss"], "positions": m["positions"],
-                                    "init": init, "trained": m["counts"]})
+                                    "init": init, "trained": m["counts"],
+                                    "residual": m["residual"]})
             if progress:
                 print(f"{variant} seed {seed}: {with_references(m['test_loss'], refs)}")
     payload = {"config": {**dataclasses.asdict(cfg), "vocab_size": tok.vocab_size},
@@ -177,6 +183,8 @@ def report(result: dict) -> dict:
                          "late": context_gain(r["positions"], cfg.late_start),
                          "unselectable_init": _interval(_per_context(r["init"])),
                          "unselectable_trained": _interval(_per_context(r["trained"]))})
+            if "residual" in r:    # (runs stored before it was measured lack it)
+                rows[-1]["residual"] = r["residual"]
         out[variant] = {"seeds": rows}
         if len(rows) >= 2:
             out[variant]["across_seeds"] = {

@@ -1,7 +1,8 @@
 """What chapter 5's recipe run of the per-head models trains
 (:mod:`lncourse.norms.retrained`): its configuration (dh = 2, so every head's keys are
 counted exactly) and presets, the data, the held-out contexts the keys are counted on,
-and the models, fresh or as the stored run holds them.
+and the models, fresh or as the stored run holds them; and :func:`residual_parts`, what
+reaches the final norm (why a model stays at the unigram level).
 Shapes: contexts (S, T).
 """
 
@@ -19,7 +20,10 @@ from lncourse.rng import generator, seeded
 from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
 from lncourse.transformer import GPT, TransformerConfig
 
-__all__ = ["HeadsRecipeConfig", "PRESETS", "build", "contexts_of", "load_model"]
+__all__ = ["HeadsRecipeConfig", "PRESETS", "build", "contexts_of", "load_model",
+           "residual_parts", "SATURATED"]
+
+SATURATED = 2.0    # |alpha x| beyond which tanh' < 0.071: DyT passes almost no change
 
 
 @dataclass(frozen=True)
@@ -133,3 +137,26 @@ def load_model(result: dict, weights: dict, variant: str, seed: int) -> GPT:
     model = build(cfg, result["config"]["vocab_size"], variant, seed)
     model.load_state_dict({k: v.float() for k, v in weights[f"{variant}/{seed}"].items()})
     return model.eval()
+
+
+def residual_parts(model: GPT, contexts: torch.Tensor) -> dict:
+    """What reaches the final norm on ``contexts`` (S, T), and what leaves it.
+
+    The residual stream before the final norm, h (S, T, d), split into its mean over all
+    tokens (a constant vector c) and the rest (the part that differs from token to
+    token): the root mean square of each. After the norm, the token part's root mean
+    square alone: near 0, every position gets the same logits, the unigram table's
+    kind of prediction. For DyT, also the share of coordinates where |alpha h| >
+    ``SATURATED``, where tanh is flat (None for the other norms)."""
+    model = model.eval()
+    with torch.no_grad():
+        _, _, cache = model(contexts, return_cache=True)
+    h = cache[f"blocks.{len(model.blocks) - 1}.resid_post"].double()
+    out = cache["ln_final"].double()
+    c, c_out = h.mean((0, 1)), out.mean((0, 1))
+    alpha = getattr(model.ln_final, "alpha", None)
+    return {"constant_rms": float(c.pow(2).mean().sqrt()),
+            "token_rms": float((h - c).pow(2).mean().sqrt()),
+            "out_token_rms": float((out - c_out).pow(2).mean().sqrt()),
+            "saturated": None if alpha is None else
+            float(((alpha.double() * h).abs() > SATURATED).double().mean())}

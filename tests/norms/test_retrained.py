@@ -44,6 +44,15 @@ def _recomputes(result, weights, exact_counts: bool = True):
         assert again["test_loss"] == pytest.approx(run["test_loss"], abs=1e-5)
         np.testing.assert_allclose(again["positions"]["model"], run["positions"]["model"],
                                    atol=1e-4)
+        if "residual" in run:   # float64 sums of float32 activations
+            for key, value in run["residual"].items():
+                if value is None:                               # not a DyT model
+                    assert again["residual"][key] is None
+                elif key == "saturated":                        # a share of decisions
+                    assert again["residual"][key] == pytest.approx(value, abs=1e-3)
+                else:
+                    assert again["residual"][key] == pytest.approx(value, rel=1e-4,
+                                                                   abs=1e-9)
         if exact_counts:
             assert trained.head_counts(model, contexts) == run["trained"]
         else:   # another CPU's kernels: each count within the band float32 allows
@@ -54,6 +63,38 @@ def _recomputes(result, weights, exact_counts: bool = True):
 def test_tiny_run_recomputes(tiny):
     _recomputes(*tiny)
     assert set(tiny[0]["models"]) == set(trained.VARIANTS)
+
+
+def test_residual_parts_tell_a_saturated_dyt_from_a_working_norm():
+    """A constant vector of 20 per coordinate added to the last block's output, about
+    700 times the token part. After LayerNorm (or RMSNorm) the token part shrinks
+    in proportion, as a linear map of h / |h| would shrink it; after DyT it all but
+    vanishes (|alpha h| = 10, tanh' about 1e-8): every position leaves alike."""
+    cfg = M.PRESETS["tiny"]()
+    contexts = torch.randint(0, 20, (3, 32), generator=torch.Generator().manual_seed(0))
+    signs = torch.sign(torch.randn(cfg.d_model, generator=torch.Generator().manual_seed(1)))
+    for variant in ("DyT", "Pre-LN", "RMSNorm"):
+        model = M.build(cfg, 20, variant, 0)
+        plain = M.residual_parts(model, contexts)
+        # the decomposition: constant and token parts are orthogonal over the tokens
+        with torch.no_grad():
+            _, _, cache = model(contexts, return_cache=True)
+        h = cache[f"blocks.{cfg.n_layers - 1}.resid_post"].double()
+        assert plain["constant_rms"] ** 2 + plain["token_rms"] ** 2 == pytest.approx(
+            float(h.pow(2).mean()), rel=1e-9)
+        with torch.no_grad():
+            model.blocks[-1].mlp[-1].bias += 20 * signs
+        pushed = M.residual_parts(model, contexts)
+        linear = pushed["token_rms"] / pushed["constant_rms"]
+        kept = pushed["out_token_rms"] / plain["out_token_rms"]
+        assert linear < 2e-3
+        assert pushed["token_rms"] == pytest.approx(plain["token_rms"], rel=1e-4)
+        if variant == "DyT":
+            assert plain["saturated"] < 0.01 and pushed["saturated"] == 1.0
+            assert kept < 0.01 * linear
+        else:
+            assert plain["saturated"] is None is pushed["saturated"]
+            assert 0.3 * linear < kept < 3 * linear
 
 
 def test_claims_fail_on_a_model_at_the_bigram_level(tiny):
