@@ -56,7 +56,7 @@ from lncourse.summary import paired_interval
 from lncourse.transformer import GPT
 
 __all__ = ["run_sweep", "sweep_choice", "train_final", "measure", "run", "report",
-           "claims", "main"]
+           "claims", "residual_claims", "main"]
 
 
 def _ck(ck_dir: Path, kind: str, variant: str, index: int) -> Path:
@@ -212,6 +212,35 @@ def claims(result: dict, margin: float = 0.3) -> dict[str, bool]:
         out[f"{v} learned"] = all(x["below_bigram"] >= margin for x in rows)
         out[f"{v} below bigram"] = all(x["windows"]["below_bigram"][1] > 0 for x in rows)
         out[f"{v} uses context"] = all(x["late"]["gain"][1] > 0 for x in rows)
+    return out
+
+
+def residual_claims(result: dict) -> dict[str, bool]:
+    """Why DyT stays at the unigram level, as statements on every seed's
+    :func:`~lncourse.norms.retrained_models.residual_parts` (thresholds set after
+    reading the ``wide_cpu`` sweeps' DyT models, before any final model was measured):
+
+    * ``DyT saturates``: |alpha h| > 2 on at least 99% of the final norm's inputs;
+    * ``DyT's constant dominates``: the residual's constant part is over 10 times its
+      token part;
+    * ``DyT predicts alike everywhere``: what leaves the final DyT differs from token to
+      token by under 1e-3 (root mean square);
+    * ``<norm> keeps the tokens apart`` for every other variant: over 0.1 there.
+    Variants without a stored ``residual`` are left out."""
+    out = {}
+    for v, runs in result["models"].items():
+        parts = [r["residual"] for r in runs if "residual" in r]
+        if not parts or len(parts) < len(runs):
+            continue
+        if v == "DyT":
+            out["DyT saturates"] = all(p["saturated"] >= 0.99 for p in parts)
+            out["DyT's constant dominates"] = all(
+                p["constant_rms"] > 10 * p["token_rms"] for p in parts)
+            out["DyT predicts alike everywhere"] = all(p["out_token_rms"] < 1e-3
+                                                       for p in parts)
+        else:
+            out[f"{v} keeps the tokens apart"] = all(p["out_token_rms"] > 0.1
+                                                     for p in parts)
     return out
 
 

@@ -97,6 +97,31 @@ def test_residual_parts_tell_a_saturated_dyt_from_a_working_norm():
             assert 0.3 * linear < kept < 3 * linear
 
 
+def test_residual_claims_hold_and_fail_on_contrary_numbers():
+    """The statements on why DyT stays at the unigram level, on made-up parts like the
+    wide_cpu sweeps' (a saturated DyT, a Pre-LN that keeps its tokens apart); moving one
+    seed's number across a threshold fails exactly its statement."""
+    dyt = {"constant_rms": 31.6, "token_rms": 0.13, "out_token_rms": 1.8e-7,
+           "saturated": 1.0}
+    ln = {"constant_rms": 0.32, "token_rms": 0.56, "out_token_rms": 1.09,
+          "saturated": None}
+    result = {"models": {"DyT": [{"residual": dict(dyt)} for _ in range(3)],
+                         "Pre-LN": [{"residual": dict(ln)} for _ in range(3)],
+                         "RMSNorm": [{}]}}      # not measured: left out
+    holds = R.residual_claims(result)
+    assert holds == {"DyT saturates": True, "DyT's constant dominates": True,
+                     "DyT predicts alike everywhere": True,
+                     "Pre-LN keeps the tokens apart": True}
+    for variant, key, value, statement in [
+            ("DyT", "saturated", 0.98, "DyT saturates"),
+            ("DyT", "constant_rms", 1.2, "DyT's constant dominates"),
+            ("DyT", "out_token_rms", 2e-3, "DyT predicts alike everywhere"),
+            ("Pre-LN", "out_token_rms", 0.05, "Pre-LN keeps the tokens apart")]:
+        contrary = copy.deepcopy(result)
+        contrary["models"][variant][2]["residual"][key] = value
+        assert R.residual_claims(contrary) == {**holds, statement: False}, statement
+
+
 def test_claims_fail_on_a_model_at_the_bigram_level(tiny):
     result, _ = tiny
     good = copy.deepcopy(result)
