@@ -45,6 +45,7 @@ VLENS = "norms/vlens"
 LOGITS = "norms/logits"
 CONTEXT = "norms/context_use"
 RETRAINED = "norms/retrained_heads_cpu"
+RETRAINED_WIDE = "norms/retrained_heads_wide_cpu"
 LEDGER = "norms/reported"
 
 
@@ -137,8 +138,20 @@ def _retrained(run: dict) -> dict:
             "report": retrained.report(run), "claims": retrained.claims(run)}
 
 
+def _retrained_wide(run: dict) -> dict:
+    """The four norms trained with the recipe at d = 32 (``wide_cpu``): the line that
+    says what ran, the chosen rates, the report (per seed, and across seeds), the
+    claims, and the statements on why DyT stays at the unigram level
+    (:func:`lncourse.norms.retrained.residual_claims`)."""
+    from lncourse.norms import retrained
+
+    return {"describe": describe(run), "chosen_lr": run["chosen_lr"],
+            "report": retrained.report(run), "claims": retrained.claims(run),
+            "residual_claims": retrained.residual_claims(run)}
+
+
 def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
-            context: dict, retrained: dict) -> dict:
+            context: dict, retrained: dict, retrained_wide: dict) -> dict:
     """What the replication page adds for a reviewer (:mod:`lncourse.norms.review`): the
     data's bigram and unigram losses, where each trained model's loss sits against them
     and the claims on it, the majority arms' intervals corrected for multiplicity (from
@@ -146,7 +159,8 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
     ``tests/norms/test_majority.py`` guards), DyT's weaker position signal, and which
     stored models use their context (``norms/context_use.json``: each group's late-position
     gains over the bigram table and :func:`review.context_claims`), and the DyT run
-    trained with the recipe (:func:`_retrained`)."""
+    trained with the recipe (:func:`_retrained`), and the four norms trained with it at
+    d = 32 (:func:`_retrained_wide`)."""
     from lncourse.norms import logits as lg
 
     refs = review.char_references()
@@ -161,7 +175,8 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
             "context": {"late_gain": {k: v["late_gain"] for k, v in
                                       context_use.verdicts(context).items()},
                         "claims": review.context_claims(context)},
-            "retrained": _retrained(retrained)}
+            "retrained": _retrained(retrained),
+            "retrained_wide": _retrained_wide(retrained_wide)}
 
 
 def arms_from_ledger(run: str = "paper_batch") -> dict:
@@ -185,14 +200,16 @@ def arms_from_ledger(run: str = "paper_batch") -> dict:
 
 def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
              periln: dict | None = None, arms: dict | None = None,
-             context: dict | None = None, retrained: dict | None = None) -> dict:
+             context: dict | None = None, retrained: dict | None = None,
+             retrained_wide: dict | None = None) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
     an edit of either shows. With ``periln`` (:func:`lncourse.norms.periln_report.reported`)
     and ``arms`` (:func:`arms_from_ledger`), also the replication page's review
     (:func:`_review`)."""
-    extra = ({} if None in (periln, arms, context, retrained) else
-             {"review": _review(heads, vlens, logits, periln, arms, context, retrained)})
+    parts = (periln, arms, context, retrained, retrained_wide)
+    extra = ({} if any(p is None for p in parts) else
+             {"review": _review(heads, vlens, logits, *parts)})
     return {**extra, "describe": describe(stored), "n_passages": stored["config"]["n_passages"],
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
@@ -210,7 +227,8 @@ def main(argv: list[str] | None = None):
                                          periln_report.reported(*periln_report.load()),
                                          arms_from_ledger(),
                                          load_result(CONTEXT),
-                                         load_result(RETRAINED)),
+                                         load_result(RETRAINED),
+                                         load_result(RETRAINED_WIDE)),
                                 {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
                                  "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json"}),
                        argv)

@@ -44,7 +44,8 @@ def extra():
     from lncourse.norms import periln_report
     return {"periln": periln_report.reported(*periln_report.load()),
             "arms": L.arms_from_ledger(), "context": load_result(L.CONTEXT),
-            "retrained": load_result(L.RETRAINED)}
+            "retrained": load_result(L.RETRAINED),
+            "retrained_wide": load_result(L.RETRAINED_WIDE)}
 
 
 def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits, extra):
@@ -141,13 +142,11 @@ def test_an_edited_arms_interval_or_periln_loss_fails_the_ledger(stored, heads, 
                                                                  extra):
     arms = copy.deepcopy(extra["arms"])
     arms["arms"]["no_projection"]["vs_layernorm_90"][2] -= 1.0
-    assert C.compare(L.reported(stored, heads, vlens, logits, extra["periln"], arms,
-                                extra["context"], extra["retrained"]),
+    assert C.compare(L.reported(stored, heads, vlens, logits, **(extra | {"arms": arms})),
                      C.load_ledger(LEDGER))
     peri = copy.deepcopy(extra["periln"])
     peri["summary"]["per_lr"][-1]["Peri-LN"]["test_loss"][0] -= 0.2
-    assert C.compare(L.reported(stored, heads, vlens, logits, peri, extra["arms"],
-                                extra["context"], extra["retrained"]),
+    assert C.compare(L.reported(stored, heads, vlens, logits, **(extra | {"periln": peri})),
                      C.load_ledger(LEDGER))
 
 
@@ -219,8 +218,8 @@ def test_the_context_claims_hold_and_turn(stored, heads, vlens, logits, extra):
             r["late"]["gain"] = [0.01, -0.01, 0.03]
     assert not R.context_claims(stalled)["every QK-norm seed uses its context at the "
                                          "second-highest rate, where no Pre-LN seed does"]
-    assert C.compare(L.reported(stored, heads, vlens, logits, extra["periln"], extra["arms"],
-                                learned, extra["retrained"]), C.load_ledger(LEDGER))
+    assert C.compare(L.reported(stored, heads, vlens, logits, **(extra | {"context": learned})),
+                     C.load_ledger(LEDGER))
 
 
 @pytest.mark.parametrize("what", ["final", "sweep"])
@@ -235,3 +234,22 @@ def test_an_edited_retrained_loss_fails_the_ledger(stored, heads, vlens, logits,
     diff = C.compare(L.reported(stored, heads, vlens, logits, **(extra | {"retrained": run})),
                      C.load_ledger(LEDGER))
     assert diff and all("retrained" in d for d in diff), diff[:5]
+
+
+@pytest.mark.parametrize("what", ["loss", "unselectable", "residual"])
+def test_an_edited_wide_run_number_fails_the_ledger(stored, heads, vlens, logits, extra,
+                                                    what):
+    """The four norms trained with the recipe at d = 32: an edit of a seed's test loss
+    or unselectable share in the reported decimals, or of DyT's saturated share, fails
+    (and only the wide run's part of the review differs)."""
+    run = copy.deepcopy(extra["retrained_wide"])
+    seed = run["models"]["QK-norm"][1]
+    if what == "loss":
+        seed["test_loss"] += 0.01
+    elif what == "unselectable":
+        seed["trained"][0][0][0] = 1.0 - seed["trained"][0][0][0]
+    else:
+        run["models"]["DyT"][2]["residual"]["saturated"] -= 0.02
+    diff = C.compare(L.reported(stored, heads, vlens, logits,
+                                **(extra | {"retrained_wide": run})), C.load_ledger(LEDGER))
+    assert diff and all("retrained_wide" in d for d in diff), diff[:5]
