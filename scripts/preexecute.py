@@ -100,12 +100,13 @@ def _execute(paths: list[str], root: str, cache: str) -> list[dict]:
     out = []
     for p in paths:
         path = Path(p)
-        notebook, _ = read_page(path, md, nb_config)
+        notebook, reader = read_page(path, md, nb_config)
         result = single_nb_execution(notebook, cwd=str(path.parent),
                                      allow_errors=nb_config.execution_allow_errors,
                                      timeout=nb_config.execution_timeout,
                                      meta_override=True)
         out.append({"path": p, "notebook": notebook, "seconds": result.time,
+                    "read_fmt": reader.read_fmt,
                     "error": result.exc_string if result.err is not None else None})
         if result.err is not None:
             break
@@ -221,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[preexec] {total} notebook pages to execute, {args.jobs} at a time "
           f"({cached} already in the cache)", flush=True)
     cache = get_cache(str(cache_dir))
-    md, nb_config = configs(root, cache_dir)
     failed, done, t0 = [], 0, time.perf_counter()
     with cf.ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(_execute, g, str(root), str(cache_dir)) for g in groups]
@@ -244,8 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                     for f in futures:
                         f.cancel()
                     continue
-                _, reader = read_page(Path(r["path"]), md, nb_config)
-                stage = cache.add_nb_to_project(r["path"], read_data=reader.read_fmt)
+                stage = cache.add_nb_to_project(r["path"], read_data=r["read_fmt"])
                 NbProjectRecord.remove_tracebacks([stage.pk], cache.db)
                 cache.cache_notebook_bundle(
                     CacheBundleIn(r["notebook"], stage.uri,
