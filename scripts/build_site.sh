@@ -22,6 +22,9 @@ fi
 echo "[site] $cores cores, load average $(cut -d' ' -f1 /proc/loadavg): $jobs page(s)" \
      "at once, $OMP_NUM_THREADS torch thread(s) each (LNCOURSE_BUILD_JOBS and" \
      "OMP_NUM_THREADS choose)"
+# a module the set-up's bytecode (scripts/warm_imports.py) does not cover is compiled
+# once, by the first kernel that imports it
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup_env.sh
 PY=.venv/bin/python
 export LNCOURSE_DEVICE=${LNCOURSE_DEVICE:-cpu}   # the site is built in fast mode on the CPU

@@ -48,23 +48,34 @@ start=$(date +%s)
 mkdir -p _build
 bash scripts/fetch_mathjax.sh > _build/mathjax.log 2>&1 &
 mathjax=$!
+# Debian's bubblewrap (it contains the grader's learner processes, lncourse.grading.contain)
+# and Chromium (the browser checks), in the background: one apt-get update, bubblewrap
+# first (the grader's tests wait for it, about 7 s), then Chromium (about 18 s of wall
+# time; the browser checks start after the build). In front of the lanes, as before
+# 2026-11-29, they were 26 s of the critical path.
+rm -f _build/.apt-bubblewrap _build/.apt-chromium
+system_packages() {
+  local sudo="" pkg cmd updated=0
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  for pkg in bubblewrap:bwrap chromium:chromium; do
+    cmd=${pkg#*:}; pkg=${pkg%%:*}
+    if ! command -v "$cmd" >/dev/null 2>&1; then
+      echo "[test] installing $pkg (Debian package)"
+      [ "$updated" -eq 1 ] || { $sudo apt-get update -qq || true; updated=1; }
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$pkg" >/dev/null \
+        || echo "[test] FAILED to install $pkg"
+    fi
+    touch "_build/.apt-$pkg"      # installed or not: its tests say what is missing
+  done
+}
+system_packages > _build/apt.log 2>&1 &
+# Bytecode: the set-up writes it for what the course imports (scripts/warm_imports.py);
+# a module imported only later is compiled once, by the first process that imports it,
+# not again by every process (this machine and CI set PYTHONDONTWRITEBYTECODE=1).
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup_env.sh
 PY=.venv/bin/python
 
-# Debian's Chromium for the browser test.
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "[test] installing chromium (Debian package)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
-fi
-# Debian's bubblewrap contains the grader's learner processes (lncourse.grading.contain).
-if ! command -v bwrap >/dev/null 2>&1; then
-  echo "[test] installing bubblewrap (Debian package)"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq bubblewrap >/dev/null
-fi
 export LNCOURSE_DEVICE=${LNCOURSE_DEVICE:-cpu}
 # No widgets in executed notebooks: nobody can move a slider there, and ipywidgets' comm
 # traffic was the cause of the stall of issue 11 (see scripts/build_site.sh).
@@ -102,6 +113,7 @@ LANE_D=(students colab site site-other nbval)
 LANES_AB=(unit-1 unit-2 replay-avx2 site-other nbval)
 TASKS=(grading students colab site unit-1 unit-2 replay-avx2 site-other nbval)
 NEEDS_SITE=" nbval site site-other "
+NEEDS_PACKAGE=" grading:bubblewrap site:chromium "   # task:Debian package (above)
 # The unit tests in two halves of about 135 s of CPU each (measured at 67ef50e), so that
 # lane A takes the second half when the build is done instead of leaving lane B to run
 # them all: at 67ef50e one unit task ran alone for the last 68 s of a 668 s run.
@@ -139,6 +151,10 @@ run_queue() {   # $1: the lane's name; $2...: the tasks it may take. Takes the f
     ran=0; pending=0
     for name in "$@"; do
       [ -e "_build/.claim-$name" ] && continue
+      if [[ "$NEEDS_PACKAGE" =~ " $name:"([a-z]+)" " ]] \
+          && [ ! -e "_build/.apt-${BASH_REMATCH[1]}" ]; then
+        pending=1; continue
+      fi
       if [[ "$NEEDS_SITE" == *" $name "* ]] && [ ! -e _build/.site-built ]; then
         if [ ! -e _build/.site-failed ]; then pending=1; continue; fi
         mkdir "_build/.claim-$name" 2>/dev/null || continue
@@ -191,7 +207,7 @@ fi
 wait $lane_b || true
 wait $lane_c || true
 wait $lane_d || true
-cat _build/lane-b.log _build/lane-c.log _build/lane-d.log
+cat _build/apt.log _build/lane-b.log _build/lane-c.log _build/lane-d.log
 failed=()
 for name in "${TASKS[@]}" build; do
   [ -e "_build/task-$name.rc" ] || continue
