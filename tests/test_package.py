@@ -4,6 +4,7 @@ core at the root, one folder per chapter that imports the core and never another
 the checks in one folder, and grading apart, imported by no science module."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,17 @@ def test_tests_mirror_the_layout():
     assert at_root == []
     for folder in [*CHAPTERS, CHECKS, GRADING, "book"]:
         assert list((tests / folder).glob("test_*.py")), f"no tests in tests/{folder}/"
+
+
+MARKED_FOR_THE_BOOK_TASKS = re.compile(r"mark\.(notebooks|site)\b")
+
+
+def test_notebook_and_site_tests_live_in_tests_book():
+    """scripts/test.sh's tasks of notebooks and of the site collect tests/book only (4 s
+    against 10 s for the whole suite, in three tasks): a test marked `notebooks` or `site`
+    elsewhere would run in no task."""
+    tests = Path(__file__).resolve().parent
+    outside = [str(p.relative_to(tests)) for p in sorted(tests.rglob("*.py"))
+               if p.relative_to(tests).parts[0] != "book" and p.name != "test_package.py"
+               and MARKED_FOR_THE_BOOK_TASKS.search(p.read_text(encoding="utf-8"))]
+    assert not outside, f"marked notebooks or site outside tests/book: {outside}"

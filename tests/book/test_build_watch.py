@@ -177,11 +177,14 @@ def _heaviest_cell_of_chapter_1():
     return nb, ROOT / "book"
 
 
+@pytest.mark.slow
 def test_chapter_1s_heaviest_cell_beside_cpu_hogs_runs_to_the_end(tmp_path, cpu_hogs,
                                                                   monkeypatch):
     """Chapter 1's heaviest cell with two CPU hogs beside it and a watchdog 12 times
     stricter than the build's (10 s without CPU use is a stall): it slows down and
-    finishes, nothing is stopped."""
+    finishes, nothing is stopped. (Slow since 2026-11-29: the whole chapter beside the
+    hogs, below, holds it, and its hogs took about 20 core-seconds of the test command's
+    budget; test_a_busy_cell_beside_cpu_hogs_is_left_to_finish stays in the fast suite.)"""
     monkeypatch.setenv("LNCOURSE_NO_WIDGETS", "1")
     monkeypatch.setenv("LNCOURSE_DEVICE", "cpu")
     nb, book = _heaviest_cell_of_chapter_1()
