@@ -51,13 +51,8 @@ fi
 { [ -x "$VENV/bin/uv" ] && "$VENV/bin/uv" pip install -q --no-deps --python "$VENV/bin/python" \
     -e . >/dev/null 2>&1; } || pip_install -q --no-deps -e . >/dev/null 2>&1 \
   || pip_install --no-deps -e .
-# Bytecode for what the course's processes import, written once here: this machine (and
-# CI) sets PYTHONDONTWRITEBYTECODE=1, and the grader's learners see the environment
-# read-only, so without .pyc files every kernel and learner compiled torch's modules on
-# import (the grader's tests took 109 s in a fresh clone against 57 s with them,
-# 2026-11-24). Only the modules imported (scripts/warm_imports.py: about 2,300 files, 6
-# core-seconds), not the whole environment (uv's --compile-bytecode, until 82864ac: 16,000
-# files, 82 core-seconds, 41 s of the test command's critical path).
+# Bytecode for the modules the course's processes import (why, and what it replaced:
+# scripts/warm_imports.py's docstring).
 if [ ! -f "$BYTECODE" ] || ! cmp -s requirements-lock.txt "$BYTECODE" \
     || [ scripts/warm_imports.py -nt "$BYTECODE" ]; then
   env -u PYTHONDONTWRITEBYTECODE OMP_NUM_THREADS=1 "$VENV/bin/python" scripts/warm_imports.py

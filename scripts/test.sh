@@ -23,8 +23,8 @@
 #   site          every page in Chromium (one load per page and viewport, every check
 #                 on it; tests/book/test_site.py), on lane C  [site]
 #   site-other    the rest that needs the build: the solution editions against the
-#                 executed chapters, the published notebooks, chapter 1's heaviest cell
-#                 beside CPU hogs (tests/book/test_build_watch.py)  [site]
+#                 executed chapters, the published notebooks, the stall watchdog's
+#                 checks, one beside CPU hogs (tests/book/test_build_watch.py)  [site]
 #   grading       the grader's tests (they start sandboxed learners), on lane C
 #   colab         the reader's environments (tests/book/test_colab.py; the package index)
 #   nbval         nbval re-executes chapters 1 and 5 and compares the cells tagged
