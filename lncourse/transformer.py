@@ -57,6 +57,10 @@ class TransformerConfig:
     bias: bool = True
     qk_norm: bool = False          # RMSNorm (learned gain, per head) on queries and keys
     dyt_alpha: float = 0.5         # DyT's initial alpha (Zhu et al.: 0.5 for LLMs' others)
+    dyt_beta: bool = True          # DyT's shift beta (False: gamma * tanh(alpha x), as in
+                                   # the released LLaMA code of Zhu et al.)
+    emb_scale: float | None = None  # a learned scalar on the input embeddings, started
+                                    # here (the released LLaMA-DyT code's, at sqrt(d))
 
     def __post_init__(self):
         if self.d_model % self.n_heads:
@@ -73,18 +77,24 @@ class TransformerConfig:
                              f"{self.placement!r}")
         if self.init_std <= 0:
             raise ValueError(f"init_std must be positive, got {self.init_std}")
+        if self.emb_scale is not None and not 0 < self.emb_scale < float("inf"):
+            raise ValueError(f"emb_scale must be None or finite and positive, got "
+                             f"{self.emb_scale}")
 
 
 class DyT(nn.Module):
-    """Dynamic tanh (Zhu et al. 2025): γ ⊙ tanh(α x) + β, elementwise, one learned α."""
+    """Dynamic tanh (Zhu et al. 2025): γ ⊙ tanh(α x) + β, elementwise, one learned α
+    (``beta`` False: no β, as in the released LLaMA code)."""
 
-    def __init__(self, d: int, alpha: float = 0.5):
+    def __init__(self, d: int, alpha: float = 0.5, beta: bool = True):
         super().__init__()
         self.alpha = nn.Parameter(torch.tensor(float(alpha)))
-        self.weight, self.bias = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d)) if beta else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.weight * torch.tanh(self.alpha * x) + self.bias
+        y = self.weight * torch.tanh(self.alpha * x)
+        return y if self.bias is None else y + self.bias
 
 
 class HeadRMSNorm(nn.Module):
@@ -102,14 +112,19 @@ class HeadRMSNorm(nn.Module):
         return h.flatten(-2)
 
 
-def make_norm(name: str, d: int, dyt_alpha: float = 0.5) -> nn.Module:
+def make_norm(name: str, d: int, dyt_alpha: float = 0.5, dyt_beta: bool = True
+              ) -> nn.Module:
     """The norm called ``name`` (a key of :data:`NORMS`) as a module, with affine γ, β."""
     flags = NORMS[name]
     if flags is None:
         return nn.Identity()
     if flags == "dyt":
-        return DyT(d, dyt_alpha)
+        return DyT(d, dyt_alpha, dyt_beta)
     return FactorizedLayerNorm(d, projection=flags[0], scaling=flags[1])
+
+
+def _norm_of(cfg: TransformerConfig, name: str) -> nn.Module:
+    return make_norm(name, cfg.d_model, cfg.dyt_alpha, cfg.dyt_beta)
 
 
 class Attention(nn.Module):
@@ -175,15 +190,15 @@ class Block(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.placement = cfg.placement
-        self.ln1 = make_norm(cfg.norm_attn or cfg.norm, d, cfg.dyt_alpha)
+        self.ln1 = _norm_of(cfg, cfg.norm_attn or cfg.norm)
         self.attn = Attention(cfg)
-        self.ln2 = make_norm(cfg.norm, d, cfg.dyt_alpha)
+        self.ln2 = _norm_of(cfg, cfg.norm)
         self.mlp = nn.Sequential(nn.Linear(d, cfg.mlp_ratio * d, bias=cfg.bias), nn.GELU(),
                                  nn.Linear(cfg.mlp_ratio * d, d, bias=cfg.bias))
         if cfg.placement == "peri":     # the output norms draw no random numbers: a Peri-LN
             # model shares every other weight with the Pre-LN model of the same seed
-            self.ln1_out = make_norm(cfg.norm_attn or cfg.norm, d, cfg.dyt_alpha)
-            self.ln2_out = make_norm(cfg.norm, d, cfg.dyt_alpha)
+            self.ln1_out = _norm_of(cfg, cfg.norm_attn or cfg.norm)
+            self.ln2_out = _norm_of(cfg, cfg.norm)
 
     def forward(self, x: Tensor, cache: dict | None = None, prefix: str = "") -> Tensor:
         if self.placement in ("pre", "peri"):
@@ -223,10 +238,12 @@ class GPT(nn.Module):
         self.W_pos = nn.Embedding(cfg.block_size, cfg.d_model) if cfg.pos_emb else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         use_final = cfg.final_norm and cfg.placement in ("pre", "peri")
-        self.ln_final = make_norm(cfg.norm, cfg.d_model, cfg.dyt_alpha) if use_final \
+        self.ln_final = _norm_of(cfg, cfg.norm) if use_final \
             else nn.Identity()
         self.W_U = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.W_U.weight = self.W_E.weight  # tied, as in GPT-2
+        self.emb_scale = None if cfg.emb_scale is None else \
+            nn.Parameter(torch.tensor(float(cfg.emb_scale)))
         self.apply(self._init)
 
     def _init(self, module: nn.Module) -> None:
@@ -266,6 +283,8 @@ class GPT(nn.Module):
         x = self.W_E(idx)  # (B, T, d)
         if self.W_pos is not None:
             x = x + self.W_pos(torch.arange(T, device=idx.device))
+        if self.emb_scale is not None:
+            x = x * self.emb_scale
         h, cache = self.forward_embeddings(x, return_cache)
         if cache is not None:
             cache["embed"] = x

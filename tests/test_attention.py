@@ -132,3 +132,30 @@ def test_dyt_is_an_elementwise_tanh_with_neither_projection_nor_sphere():
     assert torch.allclose(y, torch.tanh(0.7 * x)) and y.abs().max() <= 1.0   # a box
     _, _, cache = model(torch.randint(0, 7, (2, 5)), return_cache=True)
     assert cache["blocks.0.ln1"].abs().max() <= 1.0
+
+
+def test_the_released_llama_dyt_switches_drop_beta_and_scale_the_embeddings():
+    """``dyt_beta=False``: DyT is γ·tanh(αx) with no shift at all (an input of 0 gives
+    0, whatever the weights); ``emb_scale``: one learned scalar multiplies the token
+    plus position embeddings before the first block, and nothing else changes (the
+    same seed gives the same weights)."""
+    from lncourse.transformer import GPT, DyT
+    base = dict(vocab_size=7, d_model=8, n_heads=2, n_layers=2, norm="dyt", bias=False)
+    torch.manual_seed(0)
+    plain = GPT(TransformerConfig(**base))
+    torch.manual_seed(0)
+    llama = GPT(TransformerConfig(**base, dyt_beta=False, emb_scale=3.0))
+    assert all(n.bias is None for n in llama.modules() if isinstance(n, DyT))
+    assert not any(k.endswith("bias") for k in llama.state_dict())
+    norm = llama.blocks[0].ln1
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0)
+    assert torch.equal(norm(torch.zeros(2, 8)), torch.zeros(2, 8))
+    assert llama.emb_scale.item() == 3.0 and plain.emb_scale is None
+    torch.testing.assert_close(llama.W_E.weight, plain.W_E.weight)
+    idx = torch.randint(0, 7, (2, 5))
+    _, _, cache = llama(idx, return_cache=True)
+    _, _, ref = plain(idx, return_cache=True)
+    torch.testing.assert_close(cache["embed"], 3.0 * ref["embed"])
+    with pytest.raises(ValueError, match="emb_scale"):
+        TransformerConfig(**base, emb_scale=0.0)

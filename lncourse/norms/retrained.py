@@ -23,7 +23,9 @@ rate a short sweep chose by a rule fixed beforehand
 
 Presets: ``paper`` is chapter 2's model (d = 8, 4 heads, 4 layers); ``wide`` keeps
 dh = 2 with d = 32 and 16 heads, in case d = 8 cannot get clearly below the bigram;
-``wide_cpu`` is ``wide`` at batch 16 for 2,000 steps, the CPU's run::
+``wide_cpu`` is ``wide`` at batch 16 for 2,000 steps, the CPU's run; ``dyt_cpu`` is
+``wide_cpu`` for the two DyT recipes of the released LLaMA code
+(:data:`lncourse.norms.retrained_models.DYT_RECIPES`)::
 
     python -m lncourse.norms.retrained --preset paper --part sweep/DyT/0 --device cuda
     python -m lncourse.norms.retrained --preset paper --part final/DyT/0 --device cuda
@@ -48,9 +50,9 @@ from lncourse.lm import evaluate_lm, slim_checkpoint, train_lm
 from lncourse.lm_recipe import (SWEEP_RULE, choose_lr, context_gain, position_losses, sweep_run,
                                 reference_losses, with_references)
 from lncourse.norms.heads import mean_interval
-from lncourse.norms.retrained_models import (PRESETS, HeadsRecipeConfig, _data, build,
-                                             contexts_of, residual_parts)
-from lncourse.norms.trained import VARIANTS, head_counts
+from lncourse.norms.retrained_models import (PRESETS, RECIPE_VARIANTS, HeadsRecipeConfig,
+                                             _data, build, contexts_of, residual_parts)
+from lncourse.norms.trained import head_counts
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.summary import paired_interval
 from lncourse.transformer import GPT
@@ -143,7 +145,8 @@ def run(cfg: HeadsRecipeConfig, ck_dir: Path | None, device: str = "cpu",
             if progress:
                 print(f"{variant} seed {seed}: {with_references(m['test_loss'], refs)}")
     payload = {"config": {**dataclasses.asdict(cfg), "vocab_size": tok.vocab_size},
-               "variants": VARIANTS, "references": refs, "sweep_rule": SWEEP_RULE,
+               "variants": {v: RECIPE_VARIANTS[v] for v in cfg.variants},
+               "references": refs, "sweep_rule": SWEEP_RULE,
                "sweep": sweep, "chosen_lr": chosen, "contexts": contexts.tolist(),
                "models": models, "seconds": wall}
     payload["report"] = report(payload)
@@ -270,7 +273,7 @@ def main(argv: list[str] | None = None) -> Path | None:
     if args.part:
         for part in args.part.split(","):
             kind, variant, index = part.split("/")
-            if kind not in ("sweep", "final") or variant not in VARIANTS:
+            if kind not in ("sweep", "final") or variant not in RECIPE_VARIANTS:
                 raise ValueError(f"--part: cannot read {part!r}")
             if kind == "sweep":
                 r = run_sweep(cfg, variant, int(index), ck_dir, args.device, not args.quiet)

@@ -20,10 +20,21 @@ from lncourse.rng import generator, seeded
 from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
 from lncourse.transformer import GPT, TransformerConfig
 
-__all__ = ["HeadsRecipeConfig", "PRESETS", "build", "contexts_of", "load_model",
-           "residual_parts", "SATURATED"]
+__all__ = ["HeadsRecipeConfig", "PRESETS", "RECIPE_VARIANTS", "build", "contexts_of",
+           "load_model", "residual_parts", "SATURATED"]
 
 SATURATED = 2.0    # |alpha x| beyond which tanh' < 0.071: DyT passes almost no change
+
+# DyT as the released LLaMA code of Zhu et al. trains it: a learned scalar on the input
+# embeddings, and (``DyT-LLaMA``) no biases in any linear map and no beta in DyT. The
+# code starts the scalar at sqrt(d), so that embeddings of std 0.02 enter its 7B model
+# (d 4,096) at a root mean square of 1.3; at d = 32, sqrt(d) would leave them at 0.11.
+# Here the scalar starts at 1 / init_std = 50, so they enter at about 1, as they leave a
+# LayerNorm. ``DyT-scaled`` adds the scalar alone to the course's DyT.
+DYT_RECIPES = {"DyT-scaled": {"norm": "dyt", "emb_scale": 50.0},
+               "DyT-LLaMA": {"norm": "dyt", "emb_scale": 50.0, "bias": False,
+                             "dyt_beta": False}}
+RECIPE_VARIANTS = {**VARIANTS, **DYT_RECIPES}
 
 
 @dataclass(frozen=True)
@@ -50,9 +61,9 @@ class HeadsRecipeConfig:
     variants: tuple[str, ...] = tuple(VARIANTS)
 
     def __post_init__(self):
-        unknown = set(self.variants) - set(VARIANTS)
+        unknown = set(self.variants) - set(RECIPE_VARIANTS)
         if unknown or not self.variants:
-            raise ValueError(f"variants must be some of {list(VARIANTS)}, got "
+            raise ValueError(f"variants must be some of {list(RECIPE_VARIANTS)}, got "
                              f"{self.variants}")
         if self.d_model != 2 * self.n_heads:
             raise ValueError("per-head counting needs dh = 2: d_model = 2 * n_heads, got "
@@ -104,8 +115,13 @@ def _wide_cpu() -> HeadsRecipeConfig:
                              sweep_steps=200, loss_windows=64)
 
 
+def _dyt_cpu() -> HeadsRecipeConfig:
+    """``wide_cpu`` for the two DyT recipes of :data:`DYT_RECIPES` alone."""
+    return dataclasses.replace(_wide_cpu(), variants=tuple(DYT_RECIPES))
+
+
 PRESETS = {"paper": HeadsRecipeConfig, "wide": _wide, "wide_cpu": _wide_cpu, "cpu": _cpu,
-           "tiny": _tiny}
+           "dyt_cpu": _dyt_cpu, "tiny": _tiny}
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,12 +134,13 @@ def _data():
 
 def build(cfg: HeadsRecipeConfig, vocab_size: int, variant: str, seed: int) -> GPT:
     """A fresh model of ``variant`` (seeded)."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown variant {variant!r}; choose from {list(VARIANTS)}")
+    if variant not in RECIPE_VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; choose from "
+                         f"{list(RECIPE_VARIANTS)}")
     with seeded(seed):
         return GPT(TransformerConfig(vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads,
                                      n_layers=cfg.n_layers, block_size=cfg.block_size,
-                                     **VARIANTS[variant]))
+                                     **RECIPE_VARIANTS[variant]))
 
 
 def contexts_of(cfg: HeadsRecipeConfig, test_ids: torch.Tensor) -> torch.Tensor:
