@@ -20,8 +20,8 @@ from lncourse.rng import generator, seeded
 from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
 from lncourse.transformer import GPT, TransformerConfig
 
-__all__ = ["HeadsRecipeConfig", "PRESETS", "RECIPE_VARIANTS", "build", "contexts_of",
-           "load_model", "residual_parts", "SATURATED"]
+__all__ = ["HeadsRecipeConfig", "PRESETS", "DYT_RECIPES", "RECIPE_VARIANTS", "build",
+           "contexts_of", "load_model", "residual_parts", "SATURATED"]
 
 SATURATED = 2.0    # |alpha x| beyond which tanh' < 0.071: DyT passes almost no change
 

@@ -45,7 +45,8 @@ def extra():
     return {"periln": periln_report.reported(*periln_report.load()),
             "arms": L.arms_from_ledger(), "context": load_result(L.CONTEXT),
             "retrained": load_result(L.RETRAINED),
-            "retrained_wide": load_result(L.RETRAINED_WIDE)}
+            "retrained_wide": load_result(L.RETRAINED_WIDE),
+            "retrained_dyt": load_result(L.RETRAINED_DYT)}
 
 
 def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits, extra):
@@ -253,3 +254,23 @@ def test_an_edited_wide_run_number_fails_the_ledger(stored, heads, vlens, logits
     diff = C.compare(L.reported(stored, heads, vlens, logits,
                                 **(extra | {"retrained_wide": run})), C.load_ledger(LEDGER))
     assert diff and all("retrained_wide" in d for d in diff), diff[:5]
+
+
+@pytest.mark.parametrize("what", ["loss", "gain", "saturated"])
+def test_an_edited_dyt_recipe_number_fails_the_ledger(stored, heads, vlens, logits, extra,
+                                                      what):
+    """DyT's two recipes of the released LLaMA code at d = 32: an edit of a seed's test
+    loss or late gain in the reported decimals, or of a saturated share, fails (and
+    only that run's part of the review differs)."""
+    run = copy.deepcopy(extra["retrained_dyt"])
+    seed = run["models"]["DyT-LLaMA"][1]
+    if what == "loss":
+        seed["test_loss"] += 0.01
+    elif what == "gain":
+        seed["positions"]["model"] = [[x + 0.02 for x in row]
+                                      for row in seed["positions"]["model"]]
+    else:
+        run["models"]["DyT-scaled"][0]["residual"]["saturated"] += 0.02
+    diff = C.compare(L.reported(stored, heads, vlens, logits,
+                                **(extra | {"retrained_dyt": run})), C.load_ledger(LEDGER))
+    assert diff and all("retrained_dyt" in d for d in diff), diff[:5]
