@@ -47,6 +47,7 @@ CONTEXT = "norms/context_use"
 RETRAINED = "norms/retrained_heads_cpu"
 RETRAINED_WIDE = "norms/retrained_heads_wide_cpu"
 RETRAINED_DYT = "norms/retrained_heads_dyt_cpu"
+RETRAINED_DYT_LONG = "norms/retrained_heads_dyt_long_cpu"
 LEDGER = "norms/reported"
 
 
@@ -152,8 +153,8 @@ def _retrained_wide(run: dict) -> dict:
 
 
 def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
-            context: dict, retrained: dict, retrained_wide: dict, retrained_dyt: dict
-            ) -> dict:
+            context: dict, retrained: dict, retrained_wide: dict, retrained_dyt: dict,
+            retrained_dyt_long: dict) -> dict:
     """What the replication page adds for a reviewer (:mod:`lncourse.norms.review`): the
     data's bigram and unigram losses, where each trained model's loss sits against them
     and the claims on it, the majority arms' intervals corrected for multiplicity (from
@@ -163,7 +164,8 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
     gains over the bigram table and :func:`review.context_claims`), and the DyT run
     trained with the recipe (:func:`_retrained`), the four norms trained with it at
     d = 32 (:func:`_retrained_wide`), and DyT's two recipes of the released LLaMA code
-    at d = 32 (``norms/retrained_heads_dyt_cpu.json``, read the same way)."""
+    at d = 32 (``norms/retrained_heads_dyt_cpu.json``, and DyT-scaled for twice the
+    steps, ``norms/retrained_heads_dyt_long_cpu.json``, read the same way)."""
     from lncourse.norms import logits as lg
 
     refs = review.char_references()
@@ -180,7 +182,8 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
                         "claims": review.context_claims(context)},
             "retrained": _retrained(retrained),
             "retrained_wide": _retrained_wide(retrained_wide),
-            "retrained_dyt": _retrained_wide(retrained_dyt)}
+            "retrained_dyt": _retrained_wide(retrained_dyt),
+            "retrained_dyt_long": _retrained_wide(retrained_dyt_long)}
 
 
 def arms_from_ledger(run: str = "paper_batch") -> dict:
@@ -205,14 +208,15 @@ def arms_from_ledger(run: str = "paper_batch") -> dict:
 def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
              periln: dict | None = None, arms: dict | None = None,
              context: dict | None = None, retrained: dict | None = None,
-             retrained_wide: dict | None = None, retrained_dyt: dict | None = None
-             ) -> dict:
+             retrained_wide: dict | None = None, retrained_dyt: dict | None = None,
+             retrained_dyt_long: dict | None = None) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
     an edit of either shows. With ``periln`` (:func:`lncourse.norms.periln_report.reported`)
     and ``arms`` (:func:`arms_from_ledger`), also the replication page's review
     (:func:`_review`)."""
-    parts = (periln, arms, context, retrained, retrained_wide, retrained_dyt)
+    parts = (periln, arms, context, retrained, retrained_wide, retrained_dyt,
+             retrained_dyt_long)
     extra = ({} if any(p is None for p in parts) else
              {"review": _review(heads, vlens, logits, *parts)})
     return {**extra, "describe": describe(stored), "n_passages": stored["config"]["n_passages"],
@@ -234,7 +238,8 @@ def main(argv: list[str] | None = None):
                                          load_result(CONTEXT),
                                          load_result(RETRAINED),
                                          load_result(RETRAINED_WIDE),
-                                         load_result(RETRAINED_DYT)),
+                                         load_result(RETRAINED_DYT),
+                                         load_result(RETRAINED_DYT_LONG)),
                                 {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
                                  "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json"}),
                        argv)
