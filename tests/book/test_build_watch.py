@@ -82,9 +82,18 @@ def cpu_hogs():
 def test_the_zmqerror_is_what_a_cell_timeout_leaves(tmp_path, capfd):
     """Root cause of issue 19's ZMQError, on a quiet machine: a cell that outlives
     nbclient's timeout. nbclient gives up and asks the kernel to shut down; ipykernel 7
-    closes the shell channel's sockets; the cell then ends and its reply fails."""
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time; time.sleep(8)")])
-    err = _execute(nb, tmp_path, timeout=4)
+    closes the shell channel's sockets; the cell then ends and its reply fails.
+
+    nbclient's shutdown first interrupts the kernel (SIGINT). A cell in Python's
+    ``time.sleep`` ends at once, and on a loaded machine its reply could leave before
+    the shutdown closed the socket (a test run at b1cd9ac failed so). A build's slow
+    cell is busy in compiled code and sees no interrupt until it returns; this cell
+    ignores SIGINT to behave so, and ends 1 s after the timeout, 1.5 s before the
+    kernel manager's SIGTERM (half its ``shutdown_wait_time`` of 5 s)."""
+    slow = ("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "time.sleep(3)")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(slow)])
+    err = _execute(nb, tmp_path, timeout=2)
     assert type(err).__name__ == "CellTimeoutError"
     assert "Socket operation on non-socket" in capfd.readouterr().err
 
