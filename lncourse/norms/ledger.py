@@ -140,8 +140,9 @@ def _retrained(run: dict) -> dict:
             "report": retrained.report(run), "claims": retrained.claims(run)}
 
 
-def _retrained_wide(run: dict) -> dict:
-    """The four norms trained with the recipe at d = 32 (``wide_cpu``): the line that
+def _recipe_run(run: dict) -> dict:
+    """A run of :mod:`lncourse.norms.retrained` at d = 32 (the four norms of
+    ``wide_cpu``, DyT's recipes of ``dyt_cpu`` and ``dyt_long_cpu``): the line that
     says what ran, the chosen rates, the report (per seed, and across seeds), the
     claims, and the statements on why DyT stays at the unigram level
     (:func:`lncourse.norms.retrained.residual_claims`)."""
@@ -163,7 +164,7 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
     stored models use their context (``norms/context_use.json``: each group's late-position
     gains over the bigram table and :func:`review.context_claims`), and the DyT run
     trained with the recipe (:func:`_retrained`), the four norms trained with it at
-    d = 32 (:func:`_retrained_wide`), and DyT's two recipes of the released LLaMA code
+    d = 32 (:func:`_recipe_run`), and DyT's two recipes of the released LLaMA code
     at d = 32 (``norms/retrained_heads_dyt_cpu.json``, and DyT-scaled for twice the
     steps, ``norms/retrained_heads_dyt_long_cpu.json``, read the same way)."""
     from lncourse.norms import logits as lg
@@ -181,9 +182,9 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
                                       context_use.verdicts(context).items()},
                         "claims": review.context_claims(context)},
             "retrained": _retrained(retrained),
-            "retrained_wide": _retrained_wide(retrained_wide),
-            "retrained_dyt": _retrained_wide(retrained_dyt),
-            "retrained_dyt_long": _retrained_wide(retrained_dyt_long)}
+            "retrained_wide": _recipe_run(retrained_wide),
+            "retrained_dyt": _recipe_run(retrained_dyt),
+            "retrained_dyt_long": _recipe_run(retrained_dyt_long)}
 
 
 def arms_from_ledger(run: str = "paper_batch") -> dict:
