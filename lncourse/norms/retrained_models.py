@@ -128,8 +128,17 @@ def _dyt_long_cpu() -> HeadsRecipeConfig:
                                warmup=200, eval_every=500)
 
 
+def _dyt_llama_lr_cpu() -> HeadsRecipeConfig:
+    """``DyT-LLaMA`` at 1e-2, the rate ``dyt_cpu``'s sweep chose for ``DyT-scaled``,
+    instead of its own 3e-2: chosen after its models stalled, to tell the rate apart
+    from the recipe's other changes (no biases, no beta). Its one-rate sweep repeats
+    ``dyt_cpu``'s 200 steps at 1e-2."""
+    return dataclasses.replace(_dyt_cpu(), variants=("DyT-LLaMA",), sweep_lrs=(1e-2,))
+
+
 PRESETS = {"paper": HeadsRecipeConfig, "wide": _wide, "wide_cpu": _wide_cpu, "cpu": _cpu,
-           "dyt_cpu": _dyt_cpu, "dyt_long_cpu": _dyt_long_cpu, "tiny": _tiny}
+           "dyt_cpu": _dyt_cpu, "dyt_long_cpu": _dyt_long_cpu,
+           "dyt_llama_lr_cpu": _dyt_llama_lr_cpu, "tiny": _tiny}
 
 
 @functools.lru_cache(maxsize=1)
