@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import re
+import resource
 import sys
 import time
 from pathlib import Path
@@ -92,6 +93,13 @@ def read_page(path: Path, md, nb):
     return None if reader is None else (reader.read(text), reader)
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this worker's finished children: a page's kernel, once shut down,
+    with the processes it waited for (the teaching page's learners)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _execute(paths: list[str], root: str, cache: str) -> list[dict]:
     """A worker: execute ``paths`` in order; stop at the first that fails."""
     from jupyter_cache.executors.utils import single_nb_execution
@@ -101,11 +109,13 @@ def _execute(paths: list[str], root: str, cache: str) -> list[dict]:
     for p in paths:
         path = Path(p)
         notebook, reader = read_page(path, md, nb_config)
+        cpu = _children_cpu()
         result = single_nb_execution(notebook, cwd=str(path.parent),
                                      allow_errors=nb_config.execution_allow_errors,
                                      timeout=nb_config.execution_timeout,
                                      meta_override=True)
         out.append({"path": p, "notebook": notebook, "seconds": result.time,
+                    "cpu": _children_cpu() - cpu,
                     "read_fmt": reader.read_fmt,
                     "error": result.exc_string if result.err is not None else None})
         if result.err is not None:
@@ -250,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                     CacheBundleIn(r["notebook"], stage.uri,
                                   data={"execution_seconds": r["seconds"]}),
                     check_validity=False, overwrite=True)
-                print(f"[preexec] {rel}: {r['seconds']:.1f} s ({done} of {total}, "
+                print(f"[preexec] {rel}: {r['seconds']:.1f} s, {r['cpu']:.1f} s of CPU "
+                      f"({done} of {total}, "
                       f"{time.perf_counter() - t0:.0f} s in)", flush=True)
     if failed:
         print(f"[preexec] FAILED: {', '.join(map(str, failed))}", flush=True)

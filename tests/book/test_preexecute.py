@@ -8,6 +8,7 @@ match myst-nb's would make every page of the real build run twice)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -92,10 +93,17 @@ def test_runs_shared_through_a_page_join_one_group():
     assert preexecute.shared_runs(pages) == [["a", "c", "d"], ["e"]]
 
 
-def test_the_build_finds_every_page_in_the_cache(tmp_path):
+BUSY = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass"
+
+
+def test_the_build_finds_every_page_in_the_cache(tmp_path, capsys):
     book = _book(tmp_path, {"a": "x = 1\nx", "b": "import time\ntime.sleep(1)",
-                            "c": "print('c')"})
+                            "c": BUSY + "\nprint('c')"})
     assert preexecute.main(["--root", str(book), "--jobs", "2"]) == 0
+    # each page's line gives its kernel's CPU: c's second of work, not b's of sleep
+    cpu = dict(re.findall(r"\] (\w)\.md: [\d.]+ s, ([\d.]+) s of CPU", capsys.readouterr().out))
+    assert sorted(cpu) == ["a", "b", "c"]
+    assert float(cpu["c"]) - float(cpu["b"]) > 0.8, cpu
     groups, cached = preexecute.plan(book, book / "_build" / ".jupyter_cache")
     assert (groups, cached) == ([], 3)                 # run again, nothing to execute
     build = subprocess.run(
