@@ -47,7 +47,8 @@ def extra():
             "retrained": load_result(L.RETRAINED),
             "retrained_wide": load_result(L.RETRAINED_WIDE),
             "retrained_dyt": load_result(L.RETRAINED_DYT),
-            "retrained_dyt_long": load_result(L.RETRAINED_DYT_LONG)}
+            "retrained_dyt_long": load_result(L.RETRAINED_DYT_LONG),
+            "retrained_dyt_lr": load_result(L.RETRAINED_DYT_LR)}
 
 
 def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits, extra):
@@ -257,17 +258,18 @@ def test_an_edited_wide_run_number_fails_the_ledger(stored, heads, vlens, logits
     assert diff and all("retrained_wide" in d for d in diff), diff[:5]
 
 
-@pytest.mark.parametrize("what", ["loss", "gain", "saturated", "long"])
+@pytest.mark.parametrize("what", ["loss", "gain", "saturated", "long", "rate"])
 def test_an_edited_dyt_recipe_number_fails_the_ledger(stored, heads, vlens, logits, extra,
                                                       what):
     """DyT's two recipes of the released LLaMA code at d = 32: an edit of a seed's test
     loss or late gain in the reported decimals, or of a saturated share, fails (and
     only that run's part of the review differs); so does an edited loss of the run
-    twice as long."""
-    key = "retrained_dyt_long" if what == "long" else "retrained_dyt"
+    twice as long, and of DyT-LLaMA's run at DyT-scaled's rate."""
+    key = {"long": "retrained_dyt_long", "rate": "retrained_dyt_lr"}.get(what,
+                                                                        "retrained_dyt")
     run = copy.deepcopy(extra[key])
-    if what == "long":
-        run["models"]["DyT-scaled"][2]["test_loss"] -= 0.01
+    if what in ("long", "rate"):
+        run["models"][next(iter(run["models"]))][2]["test_loss"] -= 0.01
         diff = C.compare(L.reported(stored, heads, vlens, logits, **(extra | {key: run})),
                          C.load_ledger(LEDGER))
         assert diff and all(key in d for d in diff), diff[:5]
