@@ -14,8 +14,13 @@
 # 845 s, with the unit tests starved behind lane A's tasks. The run is bound by its CPU
 # time, about 1,230 s on two cores, not by idle time.) The grader's tests are the
 # exception, with the student runs, the reader's environments and the browser checks:
-# they mostly wait, so two more lanes (C and D) run them (LANE_C and LANE_D below; the
-# browser checks took 110 s of wall time for 37 s of CPU at 0a07008).
+# two more lanes (C and D) run them (LANE_C and LANE_D below; the browser checks took
+# 110 s of wall time for 37 s of CPU at 0a07008). The grader's tests were put there as
+# tasks that wait, but they do not: alone on an idle machine at 77be46b they kept a core
+# busy for 182 of their 185 s (the machine's /proc/stat), where bash's `time` counts 42 s,
+# because the learners bubblewrap starts are not reaped by pytest and their CPU is not
+# counted as its children's. Most of it is the learners' start, PyTorch's import and
+# warm-up, about 2.5 s each. So no lane here waits much: the run is its CPU.
 #   students      every student notebook with FULL = True, SCALE = 0.01 (the stubs raise,
 #                 full mode's code paths run)
 #   unit-1        the unit tests of tests/norms, tests/nope and tests/majority
@@ -90,9 +95,10 @@ stamp() { echo "[test] $1 at $(( $(date +%s) - start )) s"; }
 TIMEFORMAT="%0R s wall, %0U s user + %0S s system CPU"
 
 # pip's resolution of requirements.txt for the reader's-environment test
-# (tests/book/test_colab.py::test_requirements_resolve_to_newest), started now: it mostly
-# waits on the package index (about 40 s of wall time, 9 s of CPU), so it overlaps the
-# build; the test runs pip itself if the report is not there.
+# (tests/book/test_colab.py::test_requirements_resolve_to_newest), started now, so it
+# overlaps the set-up and the build; the test runs pip itself if the report is not there.
+# (Alone at 77be46b it took 28 s of wall time and 27 s of the machine's CPU: pip's own
+# work, not a wait on the index.)
 echo "torch==2.13.0" > _build/torch-pin.txt
 rm -f _build/pip-report.json
 ( $PY -m pip install -q --dry-run --ignore-installed --report _build/pip-report.json.part \
@@ -102,8 +108,9 @@ export LNCOURSE_PIP_REPORT=$PWD/_build/pip-report.json
 
 # The queues; [site] tasks wait for lane A's marker.
 rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
-# Lanes C and D take the tasks that mostly wait (on learners' limits, kernels' start-up,
-# the package index); lanes A and B the ones bound by their CPU, each list in claim
+# Lanes C and D take the grader's tests, the student runs, the reader's environments and
+# the site's tasks (chosen as tasks that wait; see the top: most of them do not); lanes A
+# and B the unit tests and the build, each list in claim
 # order. Once the site is built, C and D take its tasks (a task is claimed once): at
 # d00f193 one lane C ran the grader's tests, the student runs and the reader's
 # environments first, so the browser checks (133 s of wall time for 42 s of CPU) began
