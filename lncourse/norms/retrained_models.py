@@ -136,9 +136,17 @@ def _dyt_llama_lr_cpu() -> HeadsRecipeConfig:
     return dataclasses.replace(_dyt_cpu(), variants=("DyT-LLaMA",), sweep_lrs=(1e-2,))
 
 
+def _dyt_scaled_high_lr_cpu() -> HeadsRecipeConfig:
+    """``DyT-scaled`` at 3e-2, the rate ``dyt_cpu``'s sweep chose for ``DyT-LLaMA``: with
+    ``dyt_llama_lr_cpu``, the two recipes at both rates. Chosen after DyT-LLaMA learned at
+    1e-2; its one-rate sweep repeats ``dyt_cpu``'s 200 steps at 3e-2."""
+    return dataclasses.replace(_dyt_cpu(), variants=("DyT-scaled",), sweep_lrs=(3e-2,))
+
+
 PRESETS = {"paper": HeadsRecipeConfig, "wide": _wide, "wide_cpu": _wide_cpu, "cpu": _cpu,
            "dyt_cpu": _dyt_cpu, "dyt_long_cpu": _dyt_long_cpu,
-           "dyt_llama_lr_cpu": _dyt_llama_lr_cpu, "tiny": _tiny}
+           "dyt_llama_lr_cpu": _dyt_llama_lr_cpu,
+           "dyt_scaled_high_lr_cpu": _dyt_scaled_high_lr_cpu, "tiny": _tiny}
 
 
 @functools.lru_cache(maxsize=1)
