@@ -49,6 +49,7 @@ RETRAINED_WIDE = "norms/retrained_heads_wide_cpu"
 RETRAINED_DYT = "norms/retrained_heads_dyt_cpu"
 RETRAINED_DYT_LONG = "norms/retrained_heads_dyt_long_cpu"
 RETRAINED_DYT_LR = "norms/retrained_heads_dyt_llama_lr_cpu"
+RETRAINED_DYT_HIGH = "norms/retrained_heads_dyt_scaled_high_lr_cpu"
 LEDGER = "norms/reported"
 
 
@@ -143,8 +144,8 @@ def _retrained(run: dict) -> dict:
 
 def _recipe_run(run: dict) -> dict:
     """A run of :mod:`lncourse.norms.retrained` at d = 32 (the four norms of
-    ``wide_cpu``, DyT's recipes of ``dyt_cpu``, ``dyt_long_cpu`` and
-    ``dyt_llama_lr_cpu``): the line that
+    ``wide_cpu``, DyT's recipes of ``dyt_cpu``, ``dyt_long_cpu``, ``dyt_llama_lr_cpu``
+    and ``dyt_scaled_high_lr_cpu``): the line that
     says what ran, the chosen rates, the report (per seed, and across seeds), the
     claims, and the statements on why DyT stays at the unigram level
     (:func:`lncourse.norms.retrained.residual_claims`)."""
@@ -157,7 +158,8 @@ def _recipe_run(run: dict) -> dict:
 
 def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
             context: dict, retrained: dict, retrained_wide: dict, retrained_dyt: dict,
-            retrained_dyt_long: dict, retrained_dyt_lr: dict) -> dict:
+            retrained_dyt_long: dict, retrained_dyt_lr: dict,
+            retrained_dyt_high: dict) -> dict:
     """What the replication page adds for a reviewer (:mod:`lncourse.norms.review`): the
     data's bigram and unigram losses, where each trained model's loss sits against them
     and the claims on it, the majority arms' intervals corrected for multiplicity (from
@@ -168,8 +170,9 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
     trained with the recipe (:func:`_retrained`), the four norms trained with it at
     d = 32 (:func:`_recipe_run`), and DyT's two recipes of the released LLaMA code
     at d = 32 (``norms/retrained_heads_dyt_cpu.json``, and DyT-scaled for twice the
-    steps, ``norms/retrained_heads_dyt_long_cpu.json``, and DyT-LLaMA at DyT-scaled's
-    rate, ``norms/retrained_heads_dyt_llama_lr_cpu.json``, read the same way)."""
+    steps, ``norms/retrained_heads_dyt_long_cpu.json``, and each recipe at the other's
+    rate, ``norms/retrained_heads_dyt_llama_lr_cpu.json`` and
+    ``norms/retrained_heads_dyt_scaled_high_lr_cpu.json``, read the same way)."""
     from lncourse.norms import logits as lg
 
     refs = review.char_references()
@@ -188,7 +191,8 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
             "retrained_wide": _recipe_run(retrained_wide),
             "retrained_dyt": _recipe_run(retrained_dyt),
             "retrained_dyt_long": _recipe_run(retrained_dyt_long),
-            "retrained_dyt_lr": _recipe_run(retrained_dyt_lr)}
+            "retrained_dyt_lr": _recipe_run(retrained_dyt_lr),
+            "retrained_dyt_high": _recipe_run(retrained_dyt_high)}
 
 
 def arms_from_ledger(run: str = "paper_batch") -> dict:
@@ -215,14 +219,15 @@ def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
              context: dict | None = None, retrained: dict | None = None,
              retrained_wide: dict | None = None, retrained_dyt: dict | None = None,
              retrained_dyt_long: dict | None = None,
-             retrained_dyt_lr: dict | None = None) -> dict:
+             retrained_dyt_lr: dict | None = None,
+             retrained_dyt_high: dict | None = None) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
     an edit of either shows. With ``periln`` (:func:`lncourse.norms.periln_report.reported`)
     and ``arms`` (:func:`arms_from_ledger`), also the replication page's review
     (:func:`_review`)."""
     parts = (periln, arms, context, retrained, retrained_wide, retrained_dyt,
-             retrained_dyt_long, retrained_dyt_lr)
+             retrained_dyt_long, retrained_dyt_lr, retrained_dyt_high)
     extra = ({} if any(p is None for p in parts) else
              {"review": _review(heads, vlens, logits, *parts)})
     return {**extra, "describe": describe(stored), "n_passages": stored["config"]["n_passages"],
@@ -246,7 +251,8 @@ def main(argv: list[str] | None = None):
                                          load_result(RETRAINED_WIDE),
                                          load_result(RETRAINED_DYT),
                                          load_result(RETRAINED_DYT_LONG),
-                                         load_result(RETRAINED_DYT_LR)),
+                                         load_result(RETRAINED_DYT_LR),
+                                         load_result(RETRAINED_DYT_HIGH)),
                                 {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
                                  "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json"}),
                        argv)

@@ -48,7 +48,8 @@ def extra():
             "retrained_wide": load_result(L.RETRAINED_WIDE),
             "retrained_dyt": load_result(L.RETRAINED_DYT),
             "retrained_dyt_long": load_result(L.RETRAINED_DYT_LONG),
-            "retrained_dyt_lr": load_result(L.RETRAINED_DYT_LR)}
+            "retrained_dyt_lr": load_result(L.RETRAINED_DYT_LR),
+            "retrained_dyt_high": load_result(L.RETRAINED_DYT_HIGH)}
 
 
 def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits, extra):
@@ -258,21 +259,22 @@ def test_an_edited_wide_run_number_fails_the_ledger(stored, heads, vlens, logits
     assert diff and all("retrained_wide" in d for d in diff), diff[:5]
 
 
-@pytest.mark.parametrize("what", ["loss", "gain", "saturated", "long", "rate"])
+@pytest.mark.parametrize("what", ["loss", "gain", "saturated", "long", "rate",
+                                  "high"])
 def test_an_edited_dyt_recipe_number_fails_the_ledger(stored, heads, vlens, logits, extra,
                                                       what):
     """DyT's two recipes of the released LLaMA code at d = 32: an edit of a seed's test
     loss or late gain in the reported decimals, or of a saturated share, fails (and
     only that run's part of the review differs); so does an edited loss of the run
-    twice as long, and of DyT-LLaMA's run at DyT-scaled's rate."""
-    key = {"long": "retrained_dyt_long", "rate": "retrained_dyt_lr"}.get(what,
-                                                                        "retrained_dyt")
+    twice as long, and of each recipe's run at the other's rate."""
+    key = {"long": "retrained_dyt_long", "rate": "retrained_dyt_lr",
+           "high": "retrained_dyt_high"}.get(what, "retrained_dyt")
     run = copy.deepcopy(extra[key])
-    if what in ("long", "rate"):
+    if what in ("long", "rate", "high"):
         run["models"][next(iter(run["models"]))][2]["test_loss"] -= 0.01
         diff = C.compare(L.reported(stored, heads, vlens, logits, **(extra | {key: run})),
                          C.load_ledger(LEDGER))
-        assert diff and all(key in d for d in diff), diff[:5]
+        assert diff and all(f"/{key}/" in d for d in diff), diff[:5]
         return
     seed = run["models"]["DyT-LLaMA"][1]
     if what == "loss":
@@ -284,4 +286,4 @@ def test_an_edited_dyt_recipe_number_fails_the_ledger(stored, heads, vlens, logi
         run["models"]["DyT-scaled"][0]["residual"]["saturated"] += 0.02
     diff = C.compare(L.reported(stored, heads, vlens, logits,
                                 **(extra | {"retrained_dyt": run})), C.load_ledger(LEDGER))
-    assert diff and all("retrained_dyt" in d for d in diff), diff[:5]
+    assert diff and all("/retrained_dyt/" in d for d in diff), diff[:5]
