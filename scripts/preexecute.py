@@ -95,7 +95,8 @@ def read_page(path: Path, md, nb):
 
 def _children_cpu() -> float:
     """CPU seconds of this worker's finished children: a page's kernel, once shut down,
-    with the processes it waited for (the teaching page's learners)."""
+    with the processes it reaped. Not the learners bubblewrap starts for the teaching
+    page's grading: nobody here reaps them, so that page's CPU is undercounted."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 

@@ -25,8 +25,9 @@ Presets: ``paper`` is chapter 2's model (d = 8, 4 heads, 4 layers); ``wide`` kee
 dh = 2 with d = 32 and 16 heads, in case d = 8 cannot get clearly below the bigram;
 ``wide_cpu`` is ``wide`` at batch 16 for 2,000 steps, the CPU's run; ``dyt_cpu`` is
 ``wide_cpu`` for the two DyT recipes of the released LLaMA code
-(:data:`lncourse.norms.retrained_models.DYT_RECIPES`), and ``dyt_long_cpu`` the first of
-them for twice the steps::
+(:data:`lncourse.norms.retrained_models.DYT_RECIPES`), ``dyt_long_cpu`` the first of
+them for twice the steps, and ``dyt_llama_lr_cpu`` and ``dyt_scaled_high_lr_cpu`` each
+at the rate ``dyt_cpu``'s sweep chose for the other::
 
     python -m lncourse.norms.retrained --preset paper --part sweep/DyT/0 --device cuda
     python -m lncourse.norms.retrained --preset paper --part final/DyT/0 --device cuda
