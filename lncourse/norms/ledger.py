@@ -45,11 +45,15 @@ VLENS = "norms/vlens"
 LOGITS = "norms/logits"
 CONTEXT = "norms/context_use"
 RETRAINED = "norms/retrained_heads_cpu"
-RETRAINED_WIDE = "norms/retrained_heads_wide_cpu"
-RETRAINED_DYT = "norms/retrained_heads_dyt_cpu"
-RETRAINED_DYT_LONG = "norms/retrained_heads_dyt_long_cpu"
-RETRAINED_DYT_LR = "norms/retrained_heads_dyt_llama_lr_cpu"
-RETRAINED_DYT_HIGH = "norms/retrained_heads_dyt_scaled_high_lr_cpu"
+# The runs of lncourse.norms.retrained at d = 32, each read by _recipe_run: the
+# ledger's key (under "review") and the stored result. The four norms of wide_cpu; DyT's
+# two recipes of the released LLaMA code (dyt_cpu); DyT-scaled for twice the steps; each
+# recipe at the rate dyt_cpu's sweep chose for the other.
+RECIPE_RUNS = {"retrained_wide": "norms/retrained_heads_wide_cpu",
+               "retrained_dyt": "norms/retrained_heads_dyt_cpu",
+               "retrained_dyt_long": "norms/retrained_heads_dyt_long_cpu",
+               "retrained_dyt_lr": "norms/retrained_heads_dyt_llama_lr_cpu",
+               "retrained_dyt_high": "norms/retrained_heads_dyt_scaled_high_lr_cpu"}
 LEDGER = "norms/reported"
 
 
@@ -143,10 +147,8 @@ def _retrained(run: dict) -> dict:
 
 
 def _recipe_run(run: dict) -> dict:
-    """A run of :mod:`lncourse.norms.retrained` at d = 32 (the four norms of
-    ``wide_cpu``, DyT's recipes of ``dyt_cpu``, ``dyt_long_cpu``, ``dyt_llama_lr_cpu``
-    and ``dyt_scaled_high_lr_cpu``): the line that
-    says what ran, the chosen rates, the report (per seed, and across seeds), the
+    """A run of :mod:`lncourse.norms.retrained` at d = 32 (:data:`RECIPE_RUNS`): the
+    line that says what ran, the chosen rates, the report (per seed, and across seeds), the
     claims, and the statements on why DyT stays at the unigram level
     (:func:`lncourse.norms.retrained.residual_claims`)."""
     from lncourse.norms import retrained
@@ -157,9 +159,7 @@ def _recipe_run(run: dict) -> dict:
 
 
 def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
-            context: dict, retrained: dict, retrained_wide: dict, retrained_dyt: dict,
-            retrained_dyt_long: dict, retrained_dyt_lr: dict,
-            retrained_dyt_high: dict) -> dict:
+            context: dict, retrained: dict, recipe_runs: dict) -> dict:
     """What the replication page adds for a reviewer (:mod:`lncourse.norms.review`): the
     data's bigram and unigram losses, where each trained model's loss sits against them
     and the claims on it, the majority arms' intervals corrected for multiplicity (from
@@ -167,12 +167,9 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
     ``tests/norms/test_majority.py`` guards), DyT's weaker position signal, and which
     stored models use their context (``norms/context_use.json``: each group's late-position
     gains over the bigram table and :func:`review.context_claims`), and the DyT run
-    trained with the recipe (:func:`_retrained`), the four norms trained with it at
-    d = 32 (:func:`_recipe_run`), and DyT's two recipes of the released LLaMA code
-    at d = 32 (``norms/retrained_heads_dyt_cpu.json``, and DyT-scaled for twice the
-    steps, ``norms/retrained_heads_dyt_long_cpu.json``, and each recipe at the other's
-    rate, ``norms/retrained_heads_dyt_llama_lr_cpu.json`` and
-    ``norms/retrained_heads_dyt_scaled_high_lr_cpu.json``, read the same way)."""
+    trained with the recipe (:func:`_retrained`), and the runs at d = 32 of
+    :data:`RECIPE_RUNS` (``recipe_runs``: its keys to the loaded results), each read by
+    :func:`_recipe_run`."""
     from lncourse.norms import logits as lg
 
     refs = review.char_references()
@@ -188,11 +185,7 @@ def _review(heads: dict, vlens: dict, logits: dict, periln: dict, arms: dict,
                                       context_use.verdicts(context).items()},
                         "claims": review.context_claims(context)},
             "retrained": _retrained(retrained),
-            "retrained_wide": _recipe_run(retrained_wide),
-            "retrained_dyt": _recipe_run(retrained_dyt),
-            "retrained_dyt_long": _recipe_run(retrained_dyt_long),
-            "retrained_dyt_lr": _recipe_run(retrained_dyt_lr),
-            "retrained_dyt_high": _recipe_run(retrained_dyt_high)}
+            **{key: _recipe_run(recipe_runs[key]) for key in RECIPE_RUNS}}
 
 
 def arms_from_ledger(run: str = "paper_batch") -> dict:
@@ -217,19 +210,19 @@ def arms_from_ledger(run: str = "paper_batch") -> dict:
 def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
              periln: dict | None = None, arms: dict | None = None,
              context: dict | None = None, retrained: dict | None = None,
-             retrained_wide: dict | None = None, retrained_dyt: dict | None = None,
-             retrained_dyt_long: dict | None = None,
-             retrained_dyt_lr: dict | None = None,
-             retrained_dyt_high: dict | None = None) -> dict:
+             **recipe_runs: dict) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
-    an edit of either shows. With ``periln`` (:func:`lncourse.norms.periln_report.reported`)
-    and ``arms`` (:func:`arms_from_ledger`), also the replication page's review
-    (:func:`_review`)."""
-    parts = (periln, arms, context, retrained, retrained_wide, retrained_dyt,
-             retrained_dyt_long, retrained_dyt_lr, retrained_dyt_high)
-    extra = ({} if any(p is None for p in parts) else
-             {"review": _review(heads, vlens, logits, *parts)})
+    an edit of either shows. With ``periln`` (:func:`lncourse.norms.periln_report.reported`),
+    ``arms`` (:func:`arms_from_ledger`), ``context``, ``retrained`` and every run of
+    :data:`RECIPE_RUNS` by its key, also the replication page's review (:func:`_review`)."""
+    unknown = set(recipe_runs) - set(RECIPE_RUNS)
+    if unknown:
+        raise TypeError(f"reported() got runs it does not read: {sorted(unknown)}; "
+                        f"the runs at d = 32 are {list(RECIPE_RUNS)}")
+    parts = (periln, arms, context, retrained)
+    whole = all(p is not None for p in parts) and set(recipe_runs) == set(RECIPE_RUNS)
+    extra = {"review": _review(heads, vlens, logits, *parts, recipe_runs)} if whole else {}
     return {**extra, "describe": describe(stored), "n_passages": stored["config"]["n_passages"],
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
@@ -248,11 +241,8 @@ def main(argv: list[str] | None = None):
                                          arms_from_ledger(),
                                          load_result(CONTEXT),
                                          load_result(RETRAINED),
-                                         load_result(RETRAINED_WIDE),
-                                         load_result(RETRAINED_DYT),
-                                         load_result(RETRAINED_DYT_LONG),
-                                         load_result(RETRAINED_DYT_LR),
-                                         load_result(RETRAINED_DYT_HIGH)),
+                                         **{key: load_result(path) for key, path
+                                            in RECIPE_RUNS.items()}),
                                 {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
                                  "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json"}),
                        argv)

@@ -45,11 +45,7 @@ def extra():
     return {"periln": periln_report.reported(*periln_report.load()),
             "arms": L.arms_from_ledger(), "context": load_result(L.CONTEXT),
             "retrained": load_result(L.RETRAINED),
-            "retrained_wide": load_result(L.RETRAINED_WIDE),
-            "retrained_dyt": load_result(L.RETRAINED_DYT),
-            "retrained_dyt_long": load_result(L.RETRAINED_DYT_LONG),
-            "retrained_dyt_lr": load_result(L.RETRAINED_DYT_LR),
-            "retrained_dyt_high": load_result(L.RETRAINED_DYT_HIGH)}
+            **{key: load_result(path) for key, path in L.RECIPE_RUNS.items()}}
 
 
 def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits, extra):
@@ -287,3 +283,12 @@ def test_an_edited_dyt_recipe_number_fails_the_ledger(stored, heads, vlens, logi
     diff = C.compare(L.reported(stored, heads, vlens, logits,
                                 **(extra | {"retrained_dyt": run})), C.load_ledger(LEDGER))
     assert diff and all("/retrained_dyt/" in d for d in diff), diff[:5]
+
+
+def test_a_run_the_ledger_does_not_read_is_an_error(stored, heads, vlens, logits, extra):
+    """A misspelt run (a new run passed under a key RECIPE_RUNS lacks) is refused, not
+    dropped with the whole review."""
+    runs = {k: v for k, v in extra.items() if k in L.RECIPE_RUNS}
+    runs["retrained_dyt_misspelt"] = runs.pop("retrained_dyt_high")
+    with pytest.raises(TypeError, match="retrained_dyt_misspelt"):
+        L.reported(stored, heads, vlens, logits, **(extra | runs))
