@@ -60,6 +60,7 @@ from lncourse.summary import paired_interval
 from lncourse.transformer import GPT
 
 __all__ = ["run_sweep", "sweep_choice", "train_final", "measure", "run", "report",
+           "paired_loss_difference",
            "claims", "residual_claims", "main"]
 
 
@@ -157,6 +158,16 @@ def run(cfg: HeadsRecipeConfig, ck_dir: Path | None, device: str = "cpu",
 
 def _interval(values) -> list[float]:
     return list(paired_interval(np.asarray(values, dtype=np.float64)))
+
+
+def paired_loss_difference(a: dict, recipe_a: str, b: dict, recipe_b: str) -> list[float]:
+    """``recipe_a``'s test loss in run ``a`` minus ``recipe_b``'s in run ``b``, seed by
+    seed: the mean and its 95% t interval. The two must hold the same seeds."""
+    runs_a, runs_b = a["models"][recipe_a], b["models"][recipe_b]
+    if [r["seed"] for r in runs_a] != [r["seed"] for r in runs_b]:
+        raise ValueError(f"{recipe_a} and {recipe_b} do not hold the same seeds: "
+                         f"{[r['seed'] for r in runs_a]} and {[r['seed'] for r in runs_b]}")
+    return _interval([x["test_loss"] - y["test_loss"] for x, y in zip(runs_a, runs_b)])
 
 
 def _per_context(counts) -> np.ndarray:

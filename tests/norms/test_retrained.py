@@ -385,13 +385,6 @@ def test_swapped_rate_runs_differ_from_the_first_run_by_the_rate(run):
     assert swapped["references"] == pytest.approx(dyt["references"], rel=1e-14)
 
 
-def paired(a: dict, b: dict, recipe_a: str, recipe_b: str) -> list[float]:
-    """``recipe_a``'s test loss in run ``a`` minus ``recipe_b``'s in run ``b``, seed by
-    seed, as the mean and its 95% t interval."""
-    pairs = zip(a["models"][recipe_a], b["models"][recipe_b])
-    return R._interval([x["test_loss"] - y["test_loss"] for x, y in pairs])
-
-
 def _swapped_statements(low: dict, high: dict, dyt: dict) -> None:
     """What the page says of the two recipes at the two rates (the tests below)."""
     refs = dyt["references"]
@@ -404,7 +397,7 @@ def _swapped_statements(low: dict, high: dict, dyt: dict) -> None:
     below = [s["below_bigram"] for s in R.report(low)["DyT-LLaMA"]["seeds"]]
     assert sum(b >= 0.3 for b in below) == 1 and min(below) > 0.29, below
     assert all(r["residual"]["constant_rms"] < 100 for r in low["models"]["DyT-LLaMA"])
-    _, lo, hi = paired(low, dyt, "DyT-LLaMA", "DyT-scaled")
+    _, lo, hi = R.paired_loss_difference(low, "DyT-LLaMA", dyt, "DyT-scaled")
     assert lo < 0 < hi and -0.25 < lo and hi < 0.25, (lo, hi)
     # DyT-scaled at 3e-2 stalls as DyT-LLaMA did there: every seed within 0.03 nats of
     # the bigram table (a bound chosen after the data), no gain at late positions (the
@@ -418,7 +411,7 @@ def _swapped_statements(low: dict, high: dict, dyt: dict) -> None:
     assert lo < 0 < hi, (lo, hi)
     assert all(r["residual"]["constant_rms"] > 100 for r in runs)
     # at 3e-2, DyT-LLaMA minus DyT-scaled: worse on two seeds, not resolved
-    _, lo, hi = paired(dyt, high, "DyT-LLaMA", "DyT-scaled")
+    _, lo, hi = R.paired_loss_difference(dyt, "DyT-LLaMA", high, "DyT-scaled")
     assert lo < 0 < hi, (lo, hi)
 
 
