@@ -448,3 +448,11 @@ def test_the_swapped_rate_statements_fail_on_contrary_numbers(edit):
         hot[2]["residual"]["constant_rms"] = 60.0
     with pytest.raises(AssertionError):
         _swapped_statements(low, high, dyt)
+
+
+def test_a_paired_difference_needs_the_same_seeds():
+    """Runs whose seeds differ (or come in another order) are refused, not paired."""
+    low, dyt = (json.loads(p.read_text()) for p in (DYT_LR, DYT))
+    dyt["models"]["DyT-scaled"].reverse()
+    with pytest.raises(ValueError, match="same seeds"):
+        R.paired_loss_difference(low, "DyT-LLaMA", dyt, "DyT-scaled")
