@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -52,6 +53,12 @@ def load_shakespeare() -> str:
     return "\n".join(_markdown_to_text(f.read_text(encoding="utf-8")) for f in files)
 
 
+def _code_points(text: str) -> np.ndarray:
+    """The code point of each character of ``text`` (int64, (n,)); lone surrogates too."""
+    raw = text.encode("utf-32-le", errors="surrogatepass")
+    return np.frombuffer(raw, dtype="<u4").astype(np.int64)
+
+
 def _checked_ids(ids: Tensor | list[int], vocab_size: int) -> list[int]:
     """``ids`` as ints; an id outside [0, vocab_size) raises ``ValueError``."""
     ids = [int(i) for i in ids]
@@ -75,16 +82,32 @@ class CharTokenizer:
     def vocab_size(self) -> int:
         return len(self.chars)
 
+    def __post_init__(self):
+        if len(set(self.chars)) != len(self.chars):
+            twice = next(c for i, c in enumerate(self.chars) if c in self.chars[:i])
+            raise ValueError(f"character {twice!r} is in the vocabulary twice")
+
     @functools.cached_property
-    def _index(self) -> dict[str, int]:
-        return {c: i for i, c in enumerate(self.chars)}
+    def _table(self) -> np.ndarray:
+        """Each code point's id, up to the vocabulary's largest; -1 for the rest and in
+        the last place, where every larger code point is sent."""
+        points = _code_points(self.chars)
+        table = np.full(int(points.max(initial=-1)) + 2, -1, dtype=np.int64)
+        table[points] = np.arange(len(points))
+        return table
 
     def encode(self, text: str) -> Tensor:
-        """str -> LongTensor (n,). Unknown characters raise ``ValueError``."""
-        try:
-            return torch.tensor([self._index[c] for c in text], dtype=torch.long)
-        except KeyError as err:
-            raise ValueError(f"character {err.args[0]!r} is not in the vocabulary") from None
+        """str -> LongTensor (n,). Unknown characters raise ``ValueError``.
+
+        One vectorised lookup: the five million characters of the plays in under 0.1 s,
+        where a Python loop over them took 0.55 s (and the tests and pages encode them
+        many times)."""
+        table = self._table
+        ids = table[np.minimum(_code_points(text), len(table) - 1)]
+        if (ids < 0).any():
+            first = int(np.argmax(ids < 0))
+            raise ValueError(f"character {text[first]!r} is not in the vocabulary")
+        return torch.from_numpy(ids)
 
     def decode(self, ids: Tensor | list[int]) -> str:
         """ids (n,) -> str. Ids outside [0, vocab_size) raise ``ValueError``."""

@@ -1,5 +1,7 @@
 """Tokenizers and splits of lncourse.text (chapters 2 and 4)."""
 
+import re
+
 import pytest
 import torch
 
@@ -17,6 +19,34 @@ def test_char_tokenizer_round_trip_and_bad_ids(text):
     for bad in ([-1], [tok.vocab_size], torch.tensor([0, -3])):
         with pytest.raises(ValueError, match="outside the vocabulary"):
             tok.decode(bad)
+
+
+def test_char_encode_is_the_lookup_of_each_character(text):
+    """The vectorised encoding gives each character's place in the vocabulary, in any
+    order of the vocabulary, characters beyond the Basic Multilingual Plane included."""
+    tok = CharTokenizer.from_text(text)
+    index = {c: i for i, c in enumerate(tok.chars)}
+    ids = tok.encode(text)
+    assert ids.dtype == torch.long and ids.tolist() == [index[c] for c in text]
+    mixed = CharTokenizer("zq\U0001F600a\ud800")
+    assert mixed.encode("a\U0001F600q\ud800z").tolist() == [3, 2, 1, 4, 0]
+    assert mixed.encode("").tolist() == []
+
+
+@pytest.mark.parametrize("chars, text, bad", [
+    ("ab", "abc", "c"),                      # beyond the vocabulary's largest code point
+    ("az", "a\u00e9z", "\u00e9"),             # between two of its code points
+    ("az", "a\U0010FFFF", "\U0010FFFF"),     # the largest code point there is
+    ("", "x", "x"),                           # an empty vocabulary
+])
+def test_char_encode_names_the_first_unknown_character(chars, text, bad):
+    with pytest.raises(ValueError, match=re.escape(f"character {bad!r} is not in")):
+        CharTokenizer(chars).encode(text)
+
+
+def test_a_vocabulary_with_a_character_twice_is_refused():
+    with pytest.raises(ValueError, match="'a' is in the vocabulary twice"):
+        CharTokenizer("abca")
 
 
 def test_bpe_is_deterministic_round_trips_and_compresses(text):
