@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,14 +151,24 @@ def tokenized(cfg: KeysLMConfig) -> tuple[CharTokenizer | BPETokenizer, Tensor, 
     """The tokenizer and the training and test token streams (N,) of ``cfg``.
 
     The text is split 90/10 by characters before tokenising; BPE learns its merges from
-    the training part only.
+    the training part only. Made once per process for each tokenizer and text length
+    (BPE on the whole plays takes about 5 s of CPU, and the tests, ledgers and pages ask
+    for the same streams many times); each call gets its own copy of the streams.
     """
+    bpe = cfg.tokenizer != "char"
+    tok, train_ids, test_ids = _tokenized(cfg.tokenizer, cfg.text_chars,
+                                          cfg.bpe_vocab if bpe else None)
+    return tok, train_ids.clone(), test_ids.clone()
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenized(tokenizer: str, text_chars: int | None, bpe_vocab: int | None):
     text = load_shakespeare()
-    train_text, test_text = split_text(text[:cfg.text_chars] if cfg.text_chars else text)
-    if cfg.tokenizer == "char":
+    train_text, test_text = split_text(text[:text_chars] if text_chars else text)
+    if tokenizer == "char":
         tok = CharTokenizer.from_text(text)
     else:
-        tok = BPETokenizer.train(train_text, cfg.bpe_vocab)
+        tok = BPETokenizer.train(train_text, bpe_vocab)
     return tok, tok.encode(train_text), tok.encode(test_text)
 
 

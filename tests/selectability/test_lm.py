@@ -7,13 +7,13 @@ weights, so a stored result cannot drift from the code that is said to produce i
 
 import copy
 import dataclasses
-import functools
 import json
 
 import numpy as np
 import pytest
 import torch
 
+from lncourse.selectability import lm as lm_module
 from lncourse.selectability import report
 from lncourse.lm import TRACE_STEPS, evaluate_lm, train_lm
 from lncourse.results import RESULTS_DIR, load_result, today_command
@@ -147,11 +147,19 @@ def test_report_helpers(tiny_run):
 STORED = sorted((RESULTS_DIR / "selectability").glob("lm_*.json"))
 
 
-@functools.lru_cache(maxsize=None)
-def _tokenized(cfg: KeysLMConfig):
-    """tokenized(cfg), once per stored configuration for the tests below (training the
-    BPE of the plays takes about 4 s; the tensors are only read)."""
-    return tokenized(cfg)
+def test_each_call_gets_its_own_token_streams():
+    """tokenized keeps the streams it made for the next call (BPE on the plays takes
+    seconds): a caller that changes its copy changes nobody else's, and the kept streams
+    are those made afresh."""
+    cfg = KeysLMConfig.quick()
+    tok, train_ids, test_ids = tokenized(cfg)
+    kept = train_ids.clone(), test_ids.clone()
+    train_ids.zero_(), test_ids.zero_()
+    tok2, train2, test2 = tokenized(cfg)
+    assert tok2 == tok and torch.equal(train2, kept[0]) and torch.equal(test2, kept[1])
+    fresh = lm_module._tokenized.__wrapped__(cfg.tokenizer, cfg.text_chars, None)
+    assert fresh[0] == tok and torch.equal(fresh[1], kept[0])
+    assert torch.equal(fresh[2], kept[1])
 
 
 def _config(result: dict) -> KeysLMConfig:
@@ -167,7 +175,7 @@ def test_stored_result_matches_the_code(path):
     cfg = _config(result)
     assert today_command(result["provenance"]["command"]).startswith(
         "python -m lncourse.selectability.lm")
-    tok, _, test_ids = _tokenized(cfg)
+    tok, _, test_ids = tokenized(cfg)
     assert tok.vocab_size == result["tokenizer"]["vocab_size"]
     assert getattr(tok, "fingerprint", None) == result["tokenizer"]["fingerprint"]
     contexts = held_out_contexts(test_ids, cfg)
@@ -194,7 +202,7 @@ def test_stored_first_steps_replay(path):
     training steps of the model without scaling."""
     result = load_result(path)
     cfg = _config(result)
-    tok, train_ids, test_ids = _tokenized(cfg)
+    tok, train_ids, test_ids = tokenized(cfg)
     label = report.NO_SCALING
     history = result["models"][label]["history"]
     model = build_model(cfg, tok.vocab_size, VARIANTS[label])
@@ -232,7 +240,7 @@ def test_stored_final_loss_and_largest_n_cells_recompute(path):
     for every layer, before and after the LayerNorm. Editing any of them fails here."""
     result = load_result(path)
     cfg = _config(result)
-    _, _, test_ids = _tokenized(cfg)
+    _, _, test_ids = tokenized(cfg)
     contexts = torch.tensor(result["contexts"])
     for lab in VARIANTS:
         trained = load_model(result, lab)
