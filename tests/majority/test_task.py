@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lncourse.majority import data as majority_data
 from lncourse.majority import multiset as MS, multiset_fused as FUSED, task as M
 from lncourse.majority.config import MajorityConfig
 from lncourse.majority.stats import history_arrays
@@ -54,6 +55,21 @@ def test_dataset_is_seeded():
     c = M.make_dataset(500, 20, 6, 2, seed=2)
     assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
     assert a[0].shape[0] == 510                   # stops once more than n_samples exist
+    # the data made once per process is the data made afresh, not only the same twice
+    fresh = majority_data._dataset.__wrapped__(500, 20, 6, 2, 10, 1)
+    assert torch.equal(a[0], fresh[0]) and torch.equal(a[1], fresh[1])
+
+
+def test_each_call_gets_its_own_dataset():
+    """make_dataset keeps the data it made for the next call: a caller that changes its
+    copy changes nobody else's, and without an integer seed nothing is kept."""
+    tokens, labels = M.make_dataset(500, 20, 6, 2, seed=3)
+    kept = tokens.clone(), labels.clone()
+    tokens.zero_(), labels.fill_(7)
+    again = M.make_dataset(500, 20, 6, 2, seed=3)
+    assert torch.equal(again[0], kept[0]) and torch.equal(again[1], kept[1])
+    draws = [M.make_dataset(500, 20, 6, 2, seed=None)[0] for _ in range(2)]
+    assert not torch.equal(*draws)
 
 
 @pytest.mark.parametrize("kwargs", [dict(seq_len=1), dict(n_classes=1), dict(min_margin=0),
