@@ -8,6 +8,7 @@ Colab user does not have links to the repository.
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import os
 import re
@@ -106,14 +107,31 @@ def _lncourse_imports(source: str, package: str = "") -> frozenset[str]:
     return frozenset(found)
 
 
+def read_page(source: Path):
+    """``jupytext.read(source)`` for a page in a text format, parsed once per process for
+    each content of the file (a page takes about 50 ms to parse, and the checks and
+    tests read each page dozens of times: 213 reads in one run of the unit tests); each
+    call gets its own copy."""
+    source = Path(source)
+    if source.suffix == ".ipynb":
+        raise ValueError(f"{source}: read_page reads the book's text pages, not notebooks")
+    text = source.read_text(encoding="utf-8")   # newlines translated, as jupytext reads
+    return copy.deepcopy(_parsed(text, source.suffix))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str, extension: str):
+    import jupytext
+
+    return jupytext.reads(text, {"extension": extension})
+
+
 def data_packages(source: Path, root: Path = ROOT) -> list[str]:
     """The data packages a chapter reads: those of :data:`DATA_PACKAGES` whose module is
     among everything the chapter's code imports from lncourse, followed through the
     package (imports inside functions too, so it may say more than a run reads, never
     less)."""
-    import jupytext
-
-    code = "\n".join(c.source for c in jupytext.read(source).cells if c.cell_type == "code")
+    code = "\n".join(c.source for c in read_page(source).cells if c.cell_type == "code")
     code = "\n".join(ln for ln in code.splitlines() if not ln.lstrip().startswith(("%", "!")))
     files = {}
     for path in (root / "lncourse").rglob("*.py"):
@@ -168,9 +186,7 @@ class Book:
 def chapter_exercises(source: Path) -> Chapter:
     """The chapter's title and exercises (label, number, title, function, points: the
     stars of its **Difficulty:** line), from its source."""
-    import jupytext
-
-    nb = jupytext.read(source)
+    nb = read_page(source)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     title = re.search(r"^\(ch-[\w-]+\)=\n# (.+)$", text, re.M).group(1).strip()
     heads = re.findall(r"^```\{exercise-start\} (.+)\n:label: (\S+)", text, re.M)
@@ -229,7 +245,6 @@ def read_book(root: Path = ROOT, sources: list[Path] | None = None,
     """Labels, numbers and bibliography of the whole book, for cross-chapter references.
     ``executed``: the site build's executed notebooks (default ``_build/jupyter_execute``),
     whose glued values the notebooks quote."""
-    import jupytext
     from pybtex.database import parse_file
 
     repair_codecs()
@@ -244,7 +259,7 @@ def read_book(root: Path = ROOT, sources: list[Path] | None = None,
     exercises: dict[int, int] = {}
     for source in sources or chapter_sources(root):
         n = int(source.name[:2])
-        nb = jupytext.read(source)
+        nb = read_page(source)
         text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
         for label, heading in re.findall(r"^\(([\w:.-]+)\)=\n#+ (.+)$", text, re.M):
             book.titles[label] = heading.strip()

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT
 from editions import EXERCISE_HEADER, build_editions, stub_solution
 from myst import (NOTEBOOK_GLUE, Context, chapter_exercises, chapter_sources, glued_values,
-                  myst_to_markdown, notebook_code, read_book)
+                  myst_to_markdown, notebook_code, read_book, read_page)
 from lncourse import checks
 from lncourse.grading.exercises import CHAPTERS, chapter as exercise_chapter
 
@@ -30,6 +30,23 @@ def test_stub_keeps_signature_and_docstring():
                          ("# BEGIN SOLUTION\n# BEGIN SOLUTION", "inside another")]:
         with pytest.raises(ValueError, match=message):
             stub_solution(bad)
+
+
+def test_a_page_read_again_is_a_fresh_copy_of_what_the_file_says_now(tmp_path):
+    """read_page parses each content of a page once: a second read is a copy (changing
+    it changes nothing read later), the same as jupytext's but for the cells' random ids,
+    and a page edited since is parsed again."""
+    page = tmp_path / "page.md"
+    page.write_text(SOURCES[0].read_text(encoding="utf-8"), encoding="utf-8")
+    first = read_page(page)
+    first.cells[0].source = "changed"
+    second = read_page(page)
+    fresh = jupytext.read(page)
+    assert [(c.cell_type, c.source, c.metadata) for c in second.cells] == \
+        [(c.cell_type, c.source, c.metadata) for c in fresh.cells]
+    assert second.metadata == fresh.metadata
+    page.write_text("# Edited\n\n```{code-cell} ipython3\nx = 1\n```\n", encoding="utf-8")
+    assert [c.source for c in read_page(page).cells] == ["# Edited", "x = 1"]
 
 
 def convert(md: str, chapter: int = 3) -> str:
