@@ -102,6 +102,8 @@ class CharTokenizer:
         One vectorised lookup: the five million characters of the plays in under 0.1 s,
         where a Python loop over them took 0.55 s (and the tests and pages encode them
         many times)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
         table = self._table
         ids = table[np.minimum(_code_points(text), len(table) - 1)]
         if (ids < 0).any():

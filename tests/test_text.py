@@ -49,6 +49,12 @@ def test_a_vocabulary_with_a_character_twice_is_refused():
         CharTokenizer("abca")
 
 
+@pytest.mark.parametrize("text", [["a", "b"], b"ab", None])
+def test_char_encode_takes_only_a_string(text):
+    with pytest.raises(TypeError, match="text must be a str"):
+        CharTokenizer("ab").encode(text)
+
+
 def test_bpe_is_deterministic_round_trips_and_compresses(text):
     a = BPETokenizer.train(text, 512)
     b = BPETokenizer.train(text, 512)
