@@ -22,7 +22,7 @@ from torch import Tensor
 
 from lncourse._packages import package_dir
 
-__all__ = ["plays_dir", "load_shakespeare", "CharTokenizer", "BPETokenizer", "split_text",
+__all__ = ["plays_dir", "load_shakespeare", "char_streams", "CharTokenizer", "BPETokenizer", "split_text",
            "split_ids", "sample_batch", "sample_sentences"]
 
 
@@ -51,6 +51,17 @@ def load_shakespeare() -> str:
     if not files:
         raise FileNotFoundError(f"no plays found under {plays_dir()}")
     return "\n".join(_markdown_to_text(f.read_text(encoding="utf-8")) for f in files)
+
+
+@functools.lru_cache(maxsize=2)
+def char_streams(text_chars: int | None = None) -> tuple["CharTokenizer", Tensor, Tensor]:
+    """The character tokenizer of the plays and the training and test streams (N,) of
+    their first ``text_chars`` characters (all if None), split 90/10. Made once per
+    process and shared between callers: read them, do not change them."""
+    text = load_shakespeare()
+    train_text, test_text = split_text(text[:text_chars] if text_chars else text)
+    tok = CharTokenizer.from_text(text)
+    return tok, tok.encode(train_text), tok.encode(test_text)
 
 
 def _code_points(text: str) -> np.ndarray:

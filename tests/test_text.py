@@ -5,7 +5,8 @@ import re
 import pytest
 import torch
 
-from lncourse.text import BPETokenizer, CharTokenizer, load_shakespeare, sample_batch, split_text
+from lncourse.text import (BPETokenizer, CharTokenizer, char_streams, load_shakespeare,
+                           sample_batch, split_text)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,17 @@ def test_a_vocabulary_with_a_character_twice_is_refused():
 def test_char_encode_takes_only_a_string(text):
     with pytest.raises(TypeError, match="text must be a str"):
         CharTokenizer("ab").encode(text)
+
+
+def test_char_streams_split_a_prefix_with_the_whole_plays_vocabulary():
+    """The streams of the first characters use the vocabulary of all the plays (the
+    stored runs' vocabulary, whatever their length), split 90/10 as split_text does."""
+    plays = load_shakespeare()
+    tok, train_ids, test_ids = char_streams(100_000)
+    assert tok == CharTokenizer.from_text(plays) and tok.vocab_size == len(set(plays))
+    train, test = split_text(plays[:100_000])
+    assert tok.decode(train_ids) == train and tok.decode(test_ids) == test
+    assert char_streams(100_000)[1] is train_ids       # made once, shared
 
 
 def test_bpe_is_deterministic_round_trips_and_compresses(text):

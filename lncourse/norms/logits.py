@@ -34,7 +34,6 @@ Shapes: windows (B, T); attention scores (B, H, T, T).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from pathlib import Path
@@ -50,7 +49,7 @@ from lncourse.progress import progress
 from lncourse.results import (RESULTS_DIR, command_line, run_arguments, run_started,
                               store_run)
 from lncourse.rng import generator, seeded
-from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
+from lncourse.text import char_streams, sample_batch
 from lncourse.transformer import GPT, TransformerConfig
 
 __all__ = ["VARIANTS", "LogitsConfig", "PRESETS", "lr_at", "build", "max_logits",
@@ -59,16 +58,8 @@ __all__ = ["VARIANTS", "LogitsConfig", "PRESETS", "lr_at", "build", "max_logits"
 
 
 def _data(cfg: LogitsConfig):
-    return _tokenized(cfg.text_chars)
-
-
-@functools.lru_cache(maxsize=2)
-def _tokenized(text_chars: int | None):
     """The tokenizer and the training and test ids (read-only: shared between calls)."""
-    text = load_shakespeare()
-    train_text, test_text = split_text(text[:text_chars] if text_chars else text)
-    tok = CharTokenizer.from_text(text)
-    return tok, tok.encode(train_text), tok.encode(test_text)
+    return char_streams(cfg.text_chars)
 
 
 def lr_at(step: int, cfg: LogitsConfig, peak: float) -> float:

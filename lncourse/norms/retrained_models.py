@@ -9,7 +9,6 @@ Shapes: contexts (S, T).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +16,7 @@ import torch
 from lncourse.lm_recipe import Recipe
 from lncourse.norms.trained import VARIANTS
 from lncourse.rng import generator, seeded
-from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
+from lncourse.text import char_streams, sample_batch
 from lncourse.transformer import GPT, TransformerConfig
 
 __all__ = ["HeadsRecipeConfig", "PRESETS", "DYT_RECIPES", "RECIPE_VARIANTS", "build",
@@ -149,12 +148,8 @@ PRESETS = {"paper": HeadsRecipeConfig, "wide": _wide, "wide_cpu": _wide_cpu, "cp
            "dyt_scaled_high_lr_cpu": _dyt_scaled_high_lr_cpu, "tiny": _tiny}
 
 
-@functools.lru_cache(maxsize=1)
 def _data():
-    text = load_shakespeare()
-    train_text, test_text = split_text(text)
-    tok = CharTokenizer.from_text(text)
-    return tok, tok.encode(train_text), tok.encode(test_text)
+    return char_streams()     # shared: read, never changed
 
 
 def build(cfg: HeadsRecipeConfig, vocab_size: int, variant: str, seed: int) -> GPT:

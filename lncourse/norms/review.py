@@ -10,12 +10,11 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import torch
 from scipy import stats
 from torch import Tensor
 
 from lncourse import lm
-from lncourse.text import CharTokenizer, load_shakespeare, split_text
+from lncourse.text import char_streams
 
 __all__ = ["char_references", "reference_losses", "level", "learning_claims",
            "corrected_interval", "arms_corrected", "dyt_signal_ratio", "context_claims"]
@@ -29,11 +28,8 @@ def char_references() -> dict[str, float]:
     on (all of Shakespeare, split by :func:`lncourse.text.split_text`), each fitted on
     the training split with add-one smoothing: what a model reaches that reads only the
     current character (bigram) or nothing at all (unigram)."""
-    text = load_shakespeare()
-    train_text, test_text = split_text(text)
-    tok = CharTokenizer.from_text(text)
-    return reference_losses(torch.as_tensor(tok.encode(train_text)),
-                            torch.as_tensor(tok.encode(test_text)), tok.vocab_size)
+    tok, train_ids, test_ids = char_streams()
+    return reference_losses(train_ids, test_ids, tok.vocab_size)
 
 
 def reference_losses(train_ids: Tensor, test_ids: Tensor, vocab_size: int) -> dict[str, float]:

@@ -36,7 +36,7 @@ from lncourse.norms.heads import mean_interval, unselectable_fraction_2d
 from lncourse.results import (RESULTS_DIR, command_line, decode_state, encode_state,
                               run_arguments, run_started, store_run)
 from lncourse.rng import generator, seeded
-from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_text
+from lncourse.text import char_streams, sample_batch
 from lncourse.transformer import GPT, TransformerConfig
 
 __all__ = ["VARIANTS", "HeadsConfig", "PRESETS", "build", "head_counts", "summarize",
@@ -81,10 +81,7 @@ PRESETS = {"paper": _paper, "tiny": _tiny}
 
 
 def _data(cfg: HeadsConfig):
-    text = load_shakespeare()
-    train_text, test_text = split_text(text[:cfg.text_chars] if cfg.text_chars else text)
-    tok = CharTokenizer.from_text(text)
-    return tok, tok.encode(train_text), tok.encode(test_text)
+    return char_streams(cfg.text_chars)     # shared: read, never changed
 
 
 def build(cfg: HeadsConfig, vocab_size: int, variant: str, seed: int) -> GPT:

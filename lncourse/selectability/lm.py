@@ -33,7 +33,8 @@ from lncourse.modes import scaled
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.rng import check_seed, generator, seeded
 from lncourse.selectability.experiments import gaussian_proxy, norm_cv, prefix_fractions
-from lncourse.text import BPETokenizer, CharTokenizer, load_shakespeare, sample_batch, split_text
+from lncourse.text import (BPETokenizer, CharTokenizer, char_streams, load_shakespeare,
+                           sample_batch, split_text)
 from lncourse.transformer import GPT, TransformerConfig
 
 __all__ = ["VARIANTS", "KeysLMConfig", "MiniLMPassages", "tokenized", "held_out_contexts", "build_model",
@@ -163,12 +164,11 @@ def tokenized(cfg: KeysLMConfig) -> tuple[CharTokenizer | BPETokenizer, Tensor, 
 
 @functools.lru_cache(maxsize=4)
 def _tokenized(tokenizer: str, text_chars: int | None, bpe_vocab: int | None):
+    if tokenizer == "char":
+        return char_streams(text_chars)
     text = load_shakespeare()
     train_text, test_text = split_text(text[:text_chars] if text_chars else text)
-    if tokenizer == "char":
-        tok = CharTokenizer.from_text(text)
-    else:
-        tok = BPETokenizer.train(train_text, bpe_vocab)
+    tok = BPETokenizer.train(train_text, bpe_vocab)
     return tok, tok.encode(train_text), tok.encode(test_text)
 
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.selectability import lm as lm_module
 from lncourse.selectability import report
 from lncourse.lm import TRACE_STEPS, evaluate_lm, train_lm
 from lncourse.results import RESULTS_DIR, load_result, today_command
 from lncourse.selectability.exact import selectability_batch
 from lncourse.selectability.experiments import prefix_fractions
+from lncourse.text import char_streams
 from lncourse.selectability.lm import (PRESETS, VARIANTS, KeysLMConfig, build_model, held_out_contexts,
                                        layer_vectors, load_model, measure_model, run, tokenized)
 
@@ -157,7 +157,7 @@ def test_each_call_gets_its_own_token_streams():
     train_ids.zero_(), test_ids.zero_()
     tok2, train2, test2 = tokenized(cfg)
     assert tok2 == tok and torch.equal(train2, kept[0]) and torch.equal(test2, kept[1])
-    fresh = lm_module._tokenized.__wrapped__(cfg.tokenizer, cfg.text_chars, None)
+    fresh = char_streams.__wrapped__(cfg.text_chars)   # quick: characters
     assert fresh[0] == tok and torch.equal(fresh[1], kept[0])
     assert torch.equal(fresh[2], kept[1])
 
