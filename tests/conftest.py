@@ -29,3 +29,27 @@ def raised_message(check, answer, hidden=False) -> str:
     with pytest.raises(AssertionError, match=answer.match) as info:
         check(answer.fn, hidden=hidden)
     return str(info.value)
+
+
+# Every test that reads a stored result is marked `replay` (the perturbed pass runs
+# them again under other numerics; tests/stored_results_plugin.py says how they are found).
+import stored_results_plugin as _stored   # noqa: E402  (tests/ is on sys.path: rootdir)
+
+_stored.configure_perturbed()
+
+
+def pytest_collection_modifyitems(config, items):
+    _stored.collection_modifyitems(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _stored.start(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "call":
+        _stored.stop(item, outcome.get_result())
+

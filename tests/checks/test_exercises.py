@@ -7,12 +7,19 @@ import pytest
 
 from answers import RIGHT, WRONG
 from conftest import assert_check_passes, raised_message
+from stored_results_plugin import marked
 from lncourse import checks
 from lncourse.checks import (layernorm, layernorm_grad, majority, majority_stats, nope, norms,
                              selectability)
 
 MODULES = [layernorm, layernorm_grad, selectability, majority, majority_stats, nope, norms]
 FUNCTIONS = [f for module in MODULES for f in module.MISTAKES]
+
+
+def _param(answer):
+    """An answer as a parameter; ``replay`` where its check reads a stored result."""
+    return marked(answer, getattr(checks, f"check_{answer.function}"),
+                  f"{answer.function}-{answer.fn.__name__}")
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
@@ -25,21 +32,20 @@ def test_every_check_has_its_mistakes_and_answers_on_both_sides(module):
 
 
 @pytest.mark.parametrize("hidden", [False, True], ids=["visible", "hidden"])
-@pytest.mark.parametrize("answer", [a for f in FUNCTIONS for a in RIGHT[f]],
-                         ids=lambda a: f"{a.function}-{a.fn.__name__}")
+@pytest.mark.parametrize("answer", [_param(a) for f in FUNCTIONS for a in RIGHT[f]])
 def test_right_answers_pass_and_print_one_line(answer, hidden, capsys):
     assert_check_passes(getattr(checks, f"check_{answer.function}"), answer.fn, capsys, hidden)
 
 
-@pytest.mark.parametrize("answer", [a for f in FUNCTIONS for a in WRONG[f]],
-                         ids=lambda a: f"{a.function}-{a.fn.__name__}")
+@pytest.mark.parametrize("answer", [_param(a) for f in FUNCTIONS for a in WRONG[f]])
 def test_wrong_answer_fails_with_its_message(answer):
     message = raised_message(getattr(checks, f"check_{answer.function}"), answer)
     assert message.startswith(f"{answer.function}: ")
 
 
-@pytest.mark.parametrize("module, function", [(m, f) for m in MODULES for f in m.MISTAKES],
-                         ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("module, function",
+                         [pytest.param(m, f, marks=marked(f, getattr(checks, f"check_{f}")).marks,
+                                       id=f"-{f}") for m in MODULES for f in m.MISTAKES])
 def test_every_known_mistake_has_a_wrong_answer_that_triggers_it(module, function):
     check = getattr(checks, f"check_{function}")
     raised = [raised_message(check, a) for a in WRONG[function]]

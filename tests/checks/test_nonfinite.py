@@ -11,6 +11,7 @@ from answers import RIGHT
 from lncourse import checks
 from lncourse.checks import (layernorm, layernorm_grad, majority, majority_stats, nope,
                              selectability)
+from stored_results_plugin import marked
 
 FUNCTIONS = [f for m in (layernorm, layernorm_grad, selectability, majority, majority_stats,
                          nope) for f in m.MISTAKES]
@@ -36,7 +37,8 @@ def spoil(value, bad):
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
 @pytest.mark.parametrize("hidden", [False, True], ids=["visible", "hidden"])
-@pytest.mark.parametrize("function", FUNCTIONS)
+@pytest.mark.parametrize("function", [marked(f, getattr(checks, f"check_{f}"), f)
+                                      for f in FUNCTIONS])
 def test_every_check_rejects_nan_and_inf(function, hidden, bad):
     right = RIGHT[function][0].fn
     spoiled = []

@@ -222,7 +222,7 @@ def stored():
 def test_stored_run_recomputes_first_and_last_seed(stored, variant):
     """Every count, summary and test loss of the first and the last seed, from the stored
     weights (the ledger test recomputes every summary from the counts). The second pass
-    of scripts/test.sh (replay-avx2: other kernels) asks only whether the tolerances hold
+    (scripts/perturbed.sh: other kernels) asks only whether the tolerances hold
     on another CPU's arithmetic, which both seeds take the same paths through, so it
     recomputes the first seed; the first pass checks both against an edit."""
     from lncourse.selectability.kernel import portable_build as portable_pass

@@ -38,7 +38,7 @@ def test_step_50000_export_recomputes_from_the_checkpoint():
     assert state["step"] == result["steps_done"] == cfg.steps
     vocab_size, _, test_ids = C.streams(cfg)
     models = C._models(cfg, state["params"], result["seeds"], vocab_size)
-    # The second pass (replay-avx2: the kernel's portable build, 12 times slower) asks
+    # The second pass (scripts/perturbed.sh: the kernel's portable build, 12 times slower) asks
     # only whether LOSS_RTOL holds on other kernels, so it recomputes the first seed's
     # loss; the first pass checks every seed's against an edit.
     n = 1 if portable_pass() else len(models)

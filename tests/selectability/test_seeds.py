@@ -131,8 +131,8 @@ def test_stored_seeds_recompute_from_their_weights(path):
     at = result["step"].index(last)
     contexts = torch.tensor(result["contexts"][:1])
     models = models_at(result)
-    # The second pass (replay-avx2 in scripts/test.sh: the kernel's portable build, 12
-    # times slower, made this 69 s there against 7 s) asks whether LOSS_RTOL holds on
+    # The second pass (scripts/perturbed.sh: the kernel's portable build, 12 times
+    # slower, made this 69 s there against 7 s) asks whether LOSS_RTOL holds on
     # another CPU's arithmetic; the first pass, on this CPU's own paths, checks every
     # stored loss against an edit. So the second recomputes the losses of the first seed's
     # two models (one per variant: both attention paths) and skips the plain evaluator's
