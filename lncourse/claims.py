@@ -86,19 +86,22 @@ def flatten(tree, prefix: str = "") -> dict:
     return out
 
 
-def compare(computed: dict, stored: dict, rtol: float = 1e-7, atol: float = 1e-12) -> list[str]:
+def compare(computed: dict, stored: dict) -> list[str]:
     """What differs between numbers recomputed now (flattened or not) and a ledger's
     ``numbers``: one line per missing, extra or different entry; empty if they agree.
-    Floats agree to ``rtol`` (the same code on the same data; the tolerance only absorbs
-    the last bits of another BLAS); everything else exactly."""
+    Floats agree at the precision a page prints them (:func:`lncourse.tolerance.
+    reported_agree`: half a unit in the fourth significant figure), so a last-bit
+    difference from another CPU passes and an edit by a printed unit fails; everything
+    else agrees only when equal."""
+    from lncourse.tolerance import reported_agree
+
     a, b = flatten(computed), stored
     lines = [f"{k}: reported, not recomputed" for k in sorted(b.keys() - a.keys())]
     lines += [f"{k}: recomputed, not in the ledger" for k in sorted(a.keys() - b.keys())]
     for k in sorted(a.keys() & b.keys()):
         x, y = a[k], b[k]
         if isinstance(x, float) and isinstance(y, (int, float)) and not isinstance(y, bool):
-            same = (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=rtol,
-                                                                     abs_tol=atol)
+            same = reported_agree(x, float(y))
         else:
             same = x == y and type(x) is type(y)
         if not same:

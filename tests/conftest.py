@@ -53,3 +53,28 @@ def pytest_runtest_makereport(item, call):
     if call.when == "call":
         _stored.stop(item, outcome.get_result())
 
+
+# Margins (TESTING.md, "Margins"): with LNCOURSE_MARGINS set, every elementwise comparison
+# and every ledger comparison records how far it was from failing (lncourse.tolerance).
+def _recording(assert_allclose):
+    import functools
+
+    from lncourse.tolerance import record_arrays
+
+    @functools.wraps(assert_allclose)
+    def wrapper(actual, desired, rtol=1e-7, atol=0, *args, **kwargs):
+        record_arrays(actual, desired, rtol, atol)
+        return assert_allclose(actual, desired, rtol, atol, *args, **kwargs)
+    return wrapper
+
+
+if os.environ.get("LNCOURSE_MARGINS"):
+    import numpy as _np
+
+    _np.testing.assert_allclose = _recording(_np.testing.assert_allclose)
+
+
+def pytest_sessionfinish(session):
+    from lncourse.tolerance import write_margins
+
+    write_margins()

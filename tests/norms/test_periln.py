@@ -155,16 +155,13 @@ def recomputed(stored):
 # (the Pre-LN models' residual streams): float32 forward passes, within a few dozen
 # float32 ulps, 1e-6 relative (measured against the ledger written on an AMD EPYC: at most
 # 4.3e-7, with AVX-512 kernels and with AVX2). They reach the summary's t intervals, whose
-# ends mean ± t s/√n lose relative precision by (|mean| + half-width)/|end|, at most 10.6
-# in this ledger (Pre-LN's last stream norm at lr 0.3): 1e-5. Ten times that is the
-# tolerance; the rest (stored losses, float64 arithmetic, texts, claims) agrees anyway, and
-# 1e-4 is far below the 2 to 4 significant digits chapter 5 prints.
-LEDGER_RTOL = 1e-4
+# ends mean ± t s/√n keep only the absolute precision of their terms: the ledger's policy
+# (lncourse.tolerance: 5e-5 absolute below 1, 5e-5 relative above) covers them.
 
 
 @pytest.mark.replay
 def test_every_reported_number_matches_the_ledger(recomputed):
-    differences = C.compare(recomputed, C.load_ledger(LEDGER), rtol=LEDGER_RTOL)
+    differences = C.compare(recomputed, C.load_ledger(LEDGER))
     assert not differences, ("the Peri-LN numbers differ from their ledger (rewrite it if a "
                              "new run is meant: python -m lncourse.norms.periln_report):\n  "
                              + "\n  ".join(differences[:20]))
@@ -195,5 +192,4 @@ def _edit(stored, what):
 @pytest.mark.parametrize("what", ["a test loss", "a stream norm", "an increment",
                                   "a Pre-LN weight"])
 def test_an_edit_fails_the_ledger(stored, what):
-    assert C.compare(R.reported(*_edit(stored, what)), C.load_ledger(LEDGER),
-                     rtol=LEDGER_RTOL), what
+    assert C.compare(R.reported(*_edit(stored, what)), C.load_ledger(LEDGER)), what
