@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from lncourse import claims as C
 from lncourse.nope import stream_device as dev, stream_gpu as G, stream_import as si
 from lncourse.results import RESULTS_DIR, load_result
 
@@ -182,7 +183,9 @@ def test_stored_gpu_run_recomputes():
         r["checked_errors"] for r in p["runs"])
     assert p["device"].startswith("cuda: NVIDIA H100")
     again = si.readings(stored, arrays, load_result("nope/stream_paper"))
-    assert json.loads(json.dumps(again)) == stored["readings"]
+    # at the precision the page prints them (lncourse.tolerance): recomputed by numpy
+    # from the stored predictions, they move in their last bits with numpy's SIMD path
+    assert C.compare(again, C.flatten(stored["readings"])) == []
     got = {c.key: c for c in G.claims(stored)}
     # what the page states of the first GPU run (4 causal models at the stored size)
     assert got["rerun_matches_stored"].holds and got["stored_size_overfits"].holds
@@ -197,5 +200,7 @@ def test_stored_cpu_overfitting_run_recomputes():
         arrays = {k: f[k] for k in f.files}
     assert si.check(stored, arrays) == stored["provenance"]["checked_errors"]
     again = si.readings(stored, arrays, load_result("nope/stream_paper"))
-    assert json.loads(json.dumps(again)) == stored["readings"]
+    # at the precision the page prints them (lncourse.tolerance): recomputed by numpy
+    # from the stored predictions, they move in their last bits with numpy's SIMD path
+    assert C.compare(again, C.flatten(stored["readings"])) == []
     assert {c.key for c in G.claims(stored, "the CPU")} >= {"stored_size_overfits"}
