@@ -113,7 +113,17 @@ def slope_claims(result: dict, top: int = 2) -> dict[str, bool]:
 def stall(windows: int = 64, late_start: int = 64) -> dict:
     """The stored run of :mod:`lncourse.nope.trained` (``trained_lm.pt``: constant lr
     3e-3, 3,000 steps) read with the same lenses: its test losses beside the references,
-    and its per-position loss against the bigram on held-out windows (seed 100)."""
+    and its per-position loss against the bigram on held-out windows (seed 100).
+
+    The model is evaluated in float64. In float32 a few of its 16,384 per-token losses
+    depend on the CPU: this stalled model's attention scores reach the thousands, and
+    where a query splits its weight between two keys whose scores differ by about 1
+    (window 9, position 205: layer 3, head 5, scores -149.73 and -150.77, weights 0.74
+    and 0.26), float32's rounding of the scores (2e-3 there) moves the split by 4e-4,
+    and the loss with it: the float32 loss stored from one CPU was 6.7e-4 from the
+    float64 one, another CPU's 4.9e-4 from the stored (144 of the 16,384 losses move by
+    more than 1e-5, the rest by about 1e-6). In float64 every loss is stable to about
+    1e-9."""
     from lncourse.nope.trained import _paper
     from lncourse.nope.trained import build as build_old
     from lncourse.results import load_result
@@ -124,6 +134,7 @@ def stall(windows: int = 64, late_start: int = 64) -> dict:
     model = build_old(cfg, tok.vocab_size)
     model.load_state_dict(torch.load(RESULTS_DIR / "nope" / old["weights"],
                                      weights_only=True))
+    model = model.double()
     pos = position_losses(model.eval(), train_ids, test_ids, windows=windows,
                           block_size=cfg.block_size, seed=100, vocab_size=tok.vocab_size)
     return {"references": reference_losses(train_ids, test_ids, tok.vocab_size),
