@@ -123,10 +123,15 @@ def test_stall_is_at_the_bigram_level():
     assert abs(stall["history"]["test_loss"][-1] - bigram) < 0.05
     gain = context_gain(stall["positions"], stall["config"]["late_start"])
     assert gain == stall["late"]
+    # From the stored weights, in float64: in float32 a few of the 16,384 losses depend
+    # on the CPU (element [9, 205] by 4.9e-4 where the rest move by 1e-6: a near-tie of
+    # two keys in a head whose scores are in the hundreds; RR.stall says which). In
+    # float64 they are stable to about 1e-9, so 1e-7 holds on any CPU and still fails on
+    # a loss edited at the 3 decimals the page prints its means to.
     again = RR.stall(windows=stall["config"]["windows"],
-                    late_start=stall["config"]["late_start"])     # from the stored weights
+                    late_start=stall["config"]["late_start"])
     np.testing.assert_allclose(again["positions"]["model"], stall["positions"]["model"],
-                               atol=1e-4)
+                               rtol=0, atol=1e-7)
     np.testing.assert_allclose(again["positions"]["bigram"], stall["positions"]["bigram"],
                                atol=1e-12)
     assert gain["gain"][1] < 0.05      # no context used: the interval reaches below 0.05
