@@ -44,8 +44,12 @@ def _edit(runs, what):
         runs["features"]["speedup_per_cpu_hour"]["new_all_positions_bfloat16"] = 20.0
     elif what == "bfloat16 error":
         runs["features"]["bfloat16_relative_feature_error_per_depth"][-1] = 0.02
-    elif what == "a trained curve":                 # layer 0 after training, group 5
-        runs["trained"]["after"]["variance"][0][5][100] *= 1.5
+    elif what == "a trained curve":   # layer 0 after training, group 5's second half
+        # doubled: the slope the page prints moves from +0.06 to +0.07 (one element, which
+        # moves no printed number, is guarded by test_trained's recomputation from the
+        # stored weights)
+        curve = runs["trained"]["after"]["variance"][0][5]
+        curve[128:] = [v * 2 for v in curve[128:]]
     elif what == "a uniformity":
         runs["trained"]["before"]["uniformity"][2][3] -= 0.01
     elif what == "the final test loss":
