@@ -106,7 +106,7 @@ rm -f _build/pip-report.json
 export LNCOURSE_PIP_REPORT=$PWD/_build/pip-report.json
 
 # The queues; [site] tasks wait for lane A's marker.
-rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-*
+rm -rf _build/.site-built _build/.site-failed _build/.claim-* _build/task-* _build/margins
 # Lanes C and D take the grader's tests, the student runs, the reader's environments and
 # the site's tasks (chosen as tasks that wait; see the top: most of them do not); lanes A
 # and B the unit tests and the build, each list in claim
@@ -131,12 +131,12 @@ task() {
   case "$1" in
     students) $PY -m pytest tests/book -m "notebooks and not slow" -k student \
                 -p no:cacheprovider -q --durations=0 ;;
-    unit-1) $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider \
+    unit-1) LNCOURSE_MARGINS=$PWD/_build/margins/native $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider \
               -q --durations=5 "${UNIT_1[@]}" ;;
-    unit-2) $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider \
+    unit-2) LNCOURSE_MARGINS=$PWD/_build/margins/native $PY -m pytest -m "not slow and not notebooks and not site" -p no:cacheprovider \
               -q --ignore=tests/book/test_colab.py --ignore=tests/grading --durations=5 \
               "${UNIT_1[@]/#/--ignore=}" ;;
-    perturbed) PY=$PY bash scripts/perturbed.sh ;;
+    perturbed) PY=$PY LNCOURSE_MARGINS=$PWD/_build/margins/perturbed bash scripts/perturbed.sh ;;
     grading) $PY -m pytest tests/grading -m "not slow and not notebooks and not site" \
                -p no:cacheprovider -q --durations=5 ;;
     colab) $PY -m pytest tests/book/test_colab.py -m "not slow" -p no:cacheprovider -q \
@@ -227,6 +227,12 @@ done
 for name in "${TASKS[@]}"; do   # a task nobody ran is a failure too
   [ -e "_build/task-$name.rc" ] || failed+=("$name (never ran)")
 done
+# Every comparison with a stored number, on this machine's own paths and perturbed, at
+# least ten times inside its tolerance (or with its reason: TESTING.md, "Margins")
+if [ -e _build/task-unit-1.rc ] && [ -e _build/task-perturbed.rc ]; then
+  $PY scripts/margins.py --check _build/margins/native _build/margins/perturbed \
+    || failed+=("margins")
+fi
 stamp "lanes done"
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "[test] FAILED: ${failed[*]} (full output in _build/task-<name>.log)"

@@ -68,10 +68,30 @@ def _recording(assert_allclose):
     return wrapper
 
 
+def _recording_approx(eq):
+    import functools
+
+    from lncourse.tolerance import record
+
+    @functools.wraps(eq)
+    def wrapper(self, actual):
+        ok = eq(self, actual)
+        try:
+            if ok:      # a margin is of a comparison that passed
+                record("approx", abs(float(actual) - float(self.expected)),
+                       float(self.tolerance))
+        except (TypeError, ValueError, OverflowError):
+            pass
+        return ok
+    return wrapper
+
+
 if os.environ.get("LNCOURSE_MARGINS"):
     import numpy as _np
 
     _np.testing.assert_allclose = _recording(_np.testing.assert_allclose)
+    _approx = type(pytest.approx(1.0))
+    _approx.__eq__ = _recording_approx(_approx.__eq__)
 
 
 def pytest_sessionfinish(session):

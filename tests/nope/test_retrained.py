@@ -18,6 +18,7 @@ from lncourse.nope import retrained_models as M
 from lncourse.nope import retrained_report as RR
 from lncourse.nope.trained import profiles, slopes
 from lncourse.results import RESULTS_DIR
+from lncourse.tolerance import TOKEN_LOSS_ATOL
 
 STORED = RESULTS_DIR / "nope" / "trained_recipe_cpu.json"
 WIDE = RESULTS_DIR / "nope" / "trained_recipe_wide.json"     # three seeds, d = 128
@@ -83,11 +84,12 @@ def test_stored_run_recomputes_from_its_weights(path, seeds):
         pos = position_losses(model, train_ids, test_ids, windows=cfg.loss_windows,
                               block_size=cfg.block_size, seed=run["seed"] + 100,
                               vocab_size=tok.vocab_size)
-        # float32 forward passes: with PyTorch held to AVX2 one loss of the wide run's
-        # 32,768 (3.27 nats) moved by 1.1e-4, 3.5e-5 relative; 1e-4 relative bounds it
-        # with room, and the page's means (3 decimals) move by less than that
-        np.testing.assert_allclose(pos["model"], run["positions"]["model"], atol=1e-4,
-                                   rtol=1e-4)
+        # float32 forward passes: in the wide NoPE model 1,145 of 32,768 losses are
+        # sensitive to rounding (near ties between keys), up to 1.3e-4 from float64;
+        # lncourse.tolerance.TOKEN_LOSS_ATOL is ten times two CPUs' spread. The means the
+        # page prints are guarded by the ledger (tests/nope/test_ledger.py).
+        np.testing.assert_allclose(pos["model"], run["positions"]["model"],
+                                   atol=TOKEN_LOSS_ATOL, rtol=0)
         np.testing.assert_allclose(pos["bigram"], run["positions"]["bigram"], atol=1e-12)
         one = profiles(model, test_ids, cfg.profile_cfg(run["seed"]), only_group=3)
         for layer in range(cfg.n_layers):

@@ -30,8 +30,11 @@ def _compare(stored: dict, passages: list[int]) -> None:
         assert m["names"] == want["names"] and m["d"] == want["d"]
         for s in STATS:
             rows = np.asarray(want["per_passage"][s])[passages]
+            # float32 activations of a dequantised model; a statistic near 0 keeps only
+            # the absolute precision of its terms (1.6e-7 moved in the perturbed pass),
+            # so 1e-5 absolute beside 2e-3 relative
             np.testing.assert_allclose(np.asarray(m["per_passage"][s]), rows, rtol=2e-3,
-                                       atol=1e-6, err_msg=f"{model} {s}")
+                                       atol=1e-5, err_msg=f"{model} {s}")
 
 
 def test_first_and_last_passage_recompute(stored):

@@ -17,6 +17,7 @@ from lncourse.norms import retrained as R
 from lncourse.norms import retrained_models as M
 from lncourse.norms import trained
 from lncourse.results import RESULTS_DIR
+from lncourse.tolerance import TOKEN_LOSS_ATOL
 
 from .test_trained import _assert_in_band
 
@@ -50,8 +51,11 @@ def _recomputes(result, weights, exact_counts: bool = True, which=None):
         model = M.load_model(result, weights, variant, run["seed"])
         again = R.measure(model, cfg, run["seed"])
         assert again["test_loss"] == pytest.approx(run["test_loss"], abs=1e-5)
+        # float32 per-token losses: the policy's tolerance for them (lncourse.tolerance;
+        # the perturbed pass moved one of the wide run's by 3.3e-5); the page's means are
+        # guarded by the ledger
         np.testing.assert_allclose(again["positions"]["model"], run["positions"]["model"],
-                                   atol=1e-4)
+                                   atol=TOKEN_LOSS_ATOL, rtol=0)
         if "residual" in run:
             _assert_residual(again["residual"], run["residual"])
         if exact_counts:

@@ -135,9 +135,11 @@ def _check_stored(stored: dict, arm: str, group: int) -> None:
                 (arm_, key)
     cfg = V.VConfig.from_dict(stored["config"])
     again = V.measure(arm, cfg, only_group=group)[group]
+    # float32 measurements: another CPU moves them by about 1e-7 relative (1.0e-7 in the
+    # perturbed pass); 1e-5 is a hundred times that and fails on the 1% edit below
     for name in V.CURVES:
         np.testing.assert_allclose(again[name], stored["curves"][arm][group][name],
-                                   rtol=1e-6, err_msg=f"{arm}, group {group}, {name}")
+                                   rtol=1e-5, err_msg=f"{arm}, group {group}, {name}")
 
 
 @pytest.mark.skipif(not STORED.exists(), reason="python -m lncourse.norms.vlens "
