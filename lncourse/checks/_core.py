@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from lncourse.checks._compare import (Verdict, compare, describe_case, precision_of, tolerance, upcast)
-from lncourse.checks._guard import call_learner
+from lncourse.guard import call_learner
 from lncourse.results import COLUMN_CHARS
 
 Case = tuple[tuple, dict]
