@@ -142,6 +142,8 @@ def _check_student(executed, python):
     return (end - start).total_seconds()
 
 
+@pytest.mark.stored_files("publishes the stored results as archives for the simulated "
+                          "Colab to download; compares none of their numbers")
 def test_colab_chapter1_student(tmp_path, monkeypatch):
     """Chapter 1's student notebook in the simulated Colab (cached environment): the
     first cell installs the published wheel without touching Colab's packages, and only
