@@ -114,9 +114,9 @@ def write_ledger(path: str | Path, computed: dict, config: dict, command: str,
     """Write the ledger of a chapter's reported numbers (with provenance: ``command``, the
     commit, ``wall_seconds`` of the recomputation) to ``path``; refused from a modified
     checkout unless ``allow_dirty``."""
-    from lncourse.results import _git_commit, store_run
+    from lncourse.results import git_commit, store_run
 
-    started = {"command": command.strip(), "git_commit": _git_commit()}
+    started = {"command": command.strip(), "git_commit": git_commit()}
     return store_run(path, {"config": config, "numbers": flatten(computed)}, "cpu", wall_seconds,
                      started, device_note="computed from stored results",
                      allow_dirty=allow_dirty)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from lncourse.attention import attention_scores, split_heads
-from lncourse.layernorm import (FactorizedLayerNorm, _check_eps, _raise_if_degenerate, scaled_rows,
+from lncourse.layernorm import (FactorizedLayerNorm, check_eps, raise_if_degenerate, scaled_rows,
                         projection_matrix, validate_vectors)
 
 __all__ = ["fold_layer_norm", "divide_by_std", "center_writing_weights",
@@ -52,11 +52,11 @@ def divide_by_std(x: Tensor, eps: float = 0.0) -> Tensor:
     mean is huge against its spread (a nearly constant row) gives a ``RuntimeWarning``.
     """
     validate_vectors(x)
-    _check_eps(eps)
+    check_eps(eps)
     u, c, m = scaled_rows(x, eps, centre=True)  # x = m u, exactly; no square overflows
     sigma = torch.sqrt((c * c).mean(dim=-1, keepdim=True) + eps / m / m)  # sigma(x) / m
     if eps == 0.0:
-        _raise_if_degenerate(c, "variance")
+        raise_if_degenerate(c, "variance")
     # Relative to the result, the folded weights' rounding error is about
     # eps_mach * |mean| / sigma: warn once that costs more than half the digits.
     ratio = (u.mean(dim=-1, keepdim=True) / sigma).abs()

@@ -53,7 +53,7 @@ def validate_vectors(x: Tensor, name: str = "x") -> None:
                          "vector is undefined. Find where they came from upstream.")
 
 
-def _check_eps(eps: float) -> None:
+def check_eps(eps: float) -> None:
     if not (isinstance(eps, (int, float)) and eps >= 0.0 and math.isfinite(eps)):
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
 
@@ -88,7 +88,7 @@ def scaled_rows(x: Tensor, eps: float = 0.0, centre: bool = True
     return u, c, m
 
 
-def _raise_if_degenerate(c: Tensor, what: str) -> None:
+def raise_if_degenerate(c: Tensor, what: str) -> None:
     # c is a row divided by about its largest |entry|: a row is degenerate when its norm is at
     # the level of floating-point round-off, where normalising it would blow rounding
     # noise up to radius sqrt(d). (For scale, only the zero row: there ||c|| >= 1.)
@@ -114,11 +114,11 @@ def scale(x: Tensor, eps: float = 0.0) -> Tensor:
     With ``eps = 0`` a zero row raises ``ValueError`` instead of returning NaN.
     """
     validate_vectors(x)
-    _check_eps(eps)
+    check_eps(eps)
     d = x.shape[-1]
     u, _, m = scaled_rows(x, d * eps, centre=False)
     if eps == 0.0:
-        _raise_if_degenerate(u, "norm")
+        raise_if_degenerate(u, "norm")
     sq_norm = (u * u).sum(dim=-1, keepdim=True)  # ||x||^2 / m^2
     return (math.sqrt(d) * u / torch.sqrt(sq_norm + d * eps / m / m)).to(x.dtype)
 
@@ -142,10 +142,10 @@ def layer_norm(x: Tensor, eps: float = 0.0) -> Tensor:
     a constant row raises ``ValueError`` (its variance is zero).
     """
     validate_vectors(x)
-    _check_eps(eps)
+    check_eps(eps)
     _, c, m = scaled_rows(x, eps, centre=True)
     if eps == 0.0:
-        _raise_if_degenerate(c, "variance")
+        raise_if_degenerate(c, "variance")
     var = (c * c).mean(dim=-1, keepdim=True)  # biased (divide by d), over m^2
     return (c / torch.sqrt(var + eps / m / m)).to(x.dtype)
 
@@ -171,7 +171,7 @@ class FactorizedLayerNorm(nn.Module):
         super().__init__()
         if not isinstance(d, int) or d < 2:
             raise ValueError(f"d must be an integer >= 2, got {d!r}")
-        _check_eps(eps)
+        check_eps(eps)
         self.d, self.projection, self.scaling, self.eps = d, projection, scaling, eps
         if elementwise_affine:
             self.weight = nn.Parameter(torch.ones(d))
@@ -192,7 +192,7 @@ class FactorizedLayerNorm(nn.Module):
         if self.scaling:
             _, y, m = scaled_rows(x, self.eps, centre=self.projection)
             if self.eps == 0.0 and not x.is_meta:
-                _raise_if_degenerate(y, "variance" if self.projection else "norm")
+                raise_if_degenerate(y, "variance" if self.projection else "norm")
             # sqrt(d) y / sqrt(||y||^2 + d eps) = y / sqrt(mean(y^2) + eps)
             y = y * torch.rsqrt((y * y).mean(dim=-1, keepdim=True) + self.eps / m / m)
         elif self.projection:

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
 # the chapters import the references from here (``from lncourse.lm import ...``)
-from lncourse.lm_recipe import _positive_int, lr_at, reference_losses, with_references
+from lncourse.lm_recipe import positive_int, lr_at, reference_losses, with_references
 from lncourse.progress import progress as progress_bar
 from lncourse.rng import check_seed
 from lncourse.text import sample_batch
@@ -119,7 +119,7 @@ def train_lm(model: nn.Module, train_ids: Tensor, test_ids: Tensor, *, steps: in
     for name, value in (("steps", steps), ("batch_size", batch_size),
                         ("block_size", block_size), ("eval_every", eval_every),
                         ("eval_batches", eval_batches)):
-        _positive_int(name, value)
+        positive_int(name, value)
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr) \
             or lr <= 0:
         raise ValueError(f"lr must be a finite positive number, got {lr!r}")

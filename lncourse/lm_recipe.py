@@ -29,7 +29,7 @@ __all__ = ["sweep_run", "lr_at", "reference_tables", "reference_losses", "positi
            "context_gain", "with_references", "Recipe", "SWEEP_RULE", "choose_lr"]
 
 
-def _positive_int(name: str, value) -> None:
+def positive_int(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
@@ -154,7 +154,7 @@ class Recipe:
 
     def __post_init__(self):
         for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches"):
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         if not 0 <= self.warmup < self.steps:
             raise ValueError(f"warmup must be in [0, steps), got {self.warmup}")
         if not 0 < self.min_lr_ratio <= 1:

@@ -58,7 +58,7 @@ RESULTS_DIR = _results_dir()
 
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     """The checkout's commit, with ``+dirty`` if tracked files differ from it. Checkpoints
     (``results/checkpoints/``) do not count: a run committed there to be resumed keeps
     rewriting its own checkpoint, which changes no code and no stored result."""
@@ -114,7 +114,7 @@ def provenance(device: torch.device | str, wall_seconds: float, command: str | N
     """Where a result came from: command, commit, device, versions, wall time, date."""
     command = command or " ".join([Path(sys.executable).name, *sys.argv])
     return {"command": command,
-            "git_commit": _git_commit(), "device": device_name(device),
+            "git_commit": git_commit(), "device": device_name(device),
             "torch": torch.__version__, "python": platform.python_version(),
             "wall_seconds": round(float(wall_seconds), 1),
             "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -196,7 +196,7 @@ def run_started(checkpoint: str | os.PathLike, command: str) -> dict:
     Raises :class:`DirtyTreeError` from a modified checkout unless ``command`` holds
     ``--allow-dirty``."""
     meta = Path(str(checkpoint) + ".start.json")
-    commit = _git_commit()
+    commit = git_commit()
     _refuse_dirty([commit], command, "start a stored run")
     if Path(checkpoint).exists() and meta.exists():
         started = json.loads(meta.read_text())
@@ -253,7 +253,7 @@ def store_run(path: str | os.PathLike, payload: dict, device: torch.device | str
     the checkout is modified now, unless ``allow_dirty`` or its command holds
     ``--allow-dirty``."""
     commits = [started.get("git_commit", ""), *started.get("resumed_at_commits", []),
-               _git_commit()]
+               git_commit()]
     _refuse_dirty(commits, " ".join([started.get("command", ""),
                                      *started.get("resumed_with", []),
                                      ALLOW_DIRTY if allow_dirty else ""]), "store a result")

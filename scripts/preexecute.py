@@ -145,9 +145,10 @@ def shared_runs(pages: dict[str, str]) -> list[list[str]]:
     return [sorted(g, key=order.index) for g in groups if g]
 
 
-def plan(root: Path, cache_dir: Path) -> tuple[list[list[str]], int]:
+def plan(root: Path, cache_dir: Path, only: str = "") -> tuple[list[list[str]], int]:
     """The jobs (lists of absolute paths run in order), longest first, and the number
-    of notebook pages the cache already holds."""
+    of notebook pages the cache already holds (``only``: the pages whose path starts so,
+    such as ``book/03_``)."""
     from jupyter_cache import get_cache
 
     md, nb_config = configs(root, cache_dir)
@@ -157,6 +158,8 @@ def plan(root: Path, cache_dir: Path) -> tuple[list[list[str]], int]:
         last[record.uri] = (record.data or {}).get("execution_seconds")
     todo, cached, texts = [], 0, {}
     for page in toc_pages(root):
+        if not str(page).startswith(only):
+            continue
         path = (root / page).with_suffix(".md").resolve()
         read = read_page(path, md, nb_config)
         if read is None:
@@ -212,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=None,
                         help="the execution cache (default <root>/_build/.jupyter_cache)")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--pages", default="", metavar="PREFIX",
+                        help="only the pages whose path starts with PREFIX (book/03_)")
     parser.add_argument("--write-executed", type=Path, metavar="DIR",
                         help="after the build: write each page's executed copy to DIR "
                         "(MyST-NB's jupyter_execute) from the cache, and stop")
@@ -228,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     from jupyter_cache.base import CacheBundleIn
     from jupyter_cache.cache.db import NbProjectRecord
 
-    groups, cached = plan(root, cache_dir)
+    groups, cached = plan(root, cache_dir, args.pages)
     total = sum(len(g) for g in groups)
     print(f"[preexec] {total} notebook pages to execute, {args.jobs} at a time "
           f"({cached} already in the cache)", flush=True)

@@ -1,10 +1,11 @@
-"""The package's shape: every module readable in one sitting, no two modules that import
+"""The package's shape: modules cut by concept (a very long one is pointed out), no two modules that import
 each other (directly or around a longer loop) (issue 12), and the layout of issue 20: a
 core at the root, one folder per chapter that imports the core and never another chapter,
 the checks in one folder, and grading apart, imported by no science module."""
 
 import ast
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ import lncourse
 
 PACKAGE = Path(lncourse.__file__).resolve().parent
 MODULES = sorted(PACKAGE.rglob("*.py"))
-MAX_LINES = 350
+# Modules are cut by concept, not by size: past this many lines a module is worth a look
+# (a warning, not a failure)
+LONG_MODULE = 1000
 
 
 def module_name(path: Path) -> str:
@@ -71,10 +74,11 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_module_is_longer_than_one_sitting():
+def test_a_very_long_module_is_pointed_out():
     long = {module_name(p): n for p in MODULES
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, f"over {MAX_LINES} lines: {long}"
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > LONG_MODULE}
+    if long:
+        warnings.warn(f"over {LONG_MODULE} lines (one concept? then fine): {long}")
 
 
 def test_no_import_cycle():
@@ -106,7 +110,7 @@ def test_imports_are_read_relative_and_absolute():
 CHAPTERS = {"geometry": 1, "selectability": 2, "majority": 3, "nope": 4, "norms": 5}
 CORE = {"_packages", "attention", "checkpoint", "claims", "device", "folding", "glue", "guard",
         "layernorm", "lm", "lm_recipe", "minilm", "modes", "paper", "progress", "published",
-        "results", "rng", "smollm2", "summary", "text", "transformer"}
+        "results", "rng", "smollm2", "summary", "text", "tolerance", "transformer"}
 CORE_FOLDERS = {"plotting"}
 CHECKS, GRADING = "checks", "grading"
 # The crossings between chapters, both from chapter 5 (issue 17), which reads earlier
@@ -208,3 +212,56 @@ def test_notebook_and_site_tests_live_in_tests_book():
                if p.relative_to(tests).parts[0] != "book" and p.name != "test_package.py"
                and MARKED_FOR_THE_BOOK_TASKS.search(p.read_text(encoding="utf-8"))]
     assert not outside, f"marked notebooks or site outside tests/book: {outside}"
+
+
+def _private_uses(path: Path) -> list[str]:
+    """Where a module reaches another's private names: ``from lncourse.x import _y``,
+    ``import lncourse.x as X`` then ``X._y``, or a private module (``_core``) of another
+    package. A package's own modules may share its private modules."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    me = module_name(path)
+    package = me.rpartition(".")[0] if path.name != "__init__.py" else me
+    aliases, found = {}, []
+
+    def other(module: str) -> bool:
+        return module != me
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lncourse"):
+            for a in node.names:
+                target = f"{node.module}.{a.name}"
+                if a.name.startswith("_") and not a.name.startswith("__") and other(node.module):
+                    if not (node.module == package and (PACKAGE / "/".join(
+                            target.split(".")[1:])).with_suffix(".py").exists()):
+                        found.append(f"{me}:{node.lineno} from {node.module} import {a.name}")
+                aliases[a.asname or a.name] = target
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("lncourse"):
+                    aliases[a.asname or a.name] = a.name
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in aliases and node.attr.startswith("_") \
+                and not node.attr.startswith("__") and other(aliases[node.value.id]):
+            found.append(f"{me}:{node.lineno} {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    """A name that another module needs is public (no underscore), so that what a module
+    exposes is what it names without one."""
+    found = [f for p in MODULES for f in _private_uses(p)]
+    assert not found, found
+
+
+def test_the_private_name_check_bites(tmp_path, monkeypatch):
+    fake = PACKAGE / "nope" / "_probe_of_the_check.py"
+    try:
+        fake.write_text("from lncourse.majority.train import lr_factor as _x\n"
+                        "from lncourse.nope import probe as P\nP._hidden()\n"
+                        "from lncourse.results import _secret\n")
+        got = _private_uses(fake)
+    finally:
+        fake.unlink()
+    assert any("P._hidden" in g for g in got) and any("_secret" in g for g in got), got
+    assert not any("_x" in g for g in got), got

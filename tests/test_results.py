@@ -41,7 +41,7 @@ def test_load_result_explains_what_is_missing(tmp_path):
 @pytest.fixture
 def clean_tree(monkeypatch):
     """A checkout whose tracked files match its commit (the tests may run in a dirty one)."""
-    monkeypatch.setattr(R, "_git_commit", lambda: "c" * 40)
+    monkeypatch.setattr(R, "git_commit", lambda: "c" * 40)
 
 
 def test_run_started_keeps_the_first_command_and_adds_resumes(tmp_path, clean_tree):
@@ -91,7 +91,7 @@ def test_run_command_line_and_store(tmp_path, capsys, clean_tree):
 def test_a_modified_checkout_neither_starts_nor_stores_a_run(tmp_path, monkeypatch):
     """A result from uncommitted code is refused unless --allow-dirty says so."""
     ckpt, out = tmp_path / "run.ckpt", tmp_path / "r.json"
-    monkeypatch.setattr(R, "_git_commit", lambda: "d" * 40 + "+dirty")
+    monkeypatch.setattr(R, "git_commit", lambda: "d" * 40 + "+dirty")
     with pytest.raises(R.DirtyTreeError, match="--allow-dirty"):
         R.run_started(ckpt, "python -m x --preset paper")
     started = R.run_started(ckpt, "python -m x --preset paper --allow-dirty")
@@ -103,7 +103,7 @@ def test_a_modified_checkout_neither_starts_nor_stores_a_run(tmp_path, monkeypat
                 allow_dirty=True)                            # an export's own flag
     assert json.loads(out.read_text())["provenance"]["git_commit"] == "e" * 40
     # a run started clean but resumed from a modified checkout is refused too
-    monkeypatch.setattr(R, "_git_commit", lambda: "c" * 40)
+    monkeypatch.setattr(R, "git_commit", lambda: "c" * 40)
     with pytest.raises(R.DirtyTreeError):
         R.store_run(out, {"config": {}}, "cpu", 1.0, {"command": "c", "git_commit": "c" * 40,
                                                      "resumed_at_commits": ["f+dirty"]})

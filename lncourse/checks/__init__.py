@@ -9,7 +9,7 @@ mistake when it fails. ``hidden=True`` adds teacher-only inputs (used by the aut
 does a call that runs past a time limit.
 """
 
-from lncourse.checks._core import assert_signature, run_check  # noqa: F401
+from lncourse.checks._core import assert_signature, configure, run_check  # noqa: F401
 from lncourse.checks.layernorm import (  # noqa: F401
     check_centering_matrix, check_fold_into_linear, check_layer_norm_fgh,
     check_layer_norm_on_plane, check_rms_norm_gain,

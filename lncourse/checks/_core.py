@@ -35,6 +35,20 @@ SECONDS = 60.0   # time limit for all calls of one check together in a notebook 
 HIDDEN_KEY: str | None = None   # the grader's secret for teacher-only inputs (--hidden-key)
 
 
+_UNSET = object()
+
+
+def configure(seconds: float | object = _UNSET, hidden_key: str | None | object = _UNSET) -> None:
+    """Set the checks' time limit (``SECONDS``) and the grader's secret for teacher-only
+    inputs (``HIDDEN_KEY``; None: none); an argument left out is left as it is. The
+    grader calls this in each checker process."""
+    global SECONDS, HIDDEN_KEY
+    if seconds is not _UNSET:
+        SECONDS = float(seconds)
+    if hidden_key is not _UNSET:
+        HIDDEN_KEY = hidden_key
+
+
 def generator(seed: int) -> torch.Generator:
     """The random generator of a check's inputs: fixed seeds make every run the same.
     While the grader checks teacher-only inputs it sets ``HIDDEN_KEY`` (a secret the

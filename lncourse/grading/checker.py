@@ -34,7 +34,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class _Job:
+class Job:
     """The exercises of one submission, graded by one checker process."""
     programs: tuple[tuple[Program, Exercise], ...]
     hidden: bool
@@ -45,7 +45,7 @@ class _Job:
     hidden_key: str | None = None  # the secret the teacher-only inputs are drawn from
 
 
-def _bound(job: "_Job") -> float:
+def _bound(job: "Job") -> float:
     """Seconds a checker may take for one exercise: its calls' bound in the sandbox
     (``sandbox.CALLS`` per-call limits, stretched by the load at most 3 times), a margin,
     and a learner's start."""
@@ -57,12 +57,11 @@ MAX_RESULT = 2**20      # bytes: the largest result a checker may send the main 
 
 
 # ----------------------------------------------------------- one exercise, in a checker
-def _grade_exercise(program: Program, exercise: Exercise, job: _Job, learner) -> Outcome:
+def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> Outcome:
     from lncourse import checks
-    from lncourse.checks import _core
     from lncourse.grading.sandbox import Sandbox
 
-    _core.SECONDS = job.timeout          # the checks' own limit is the grader's
+    checks.configure(seconds=job.timeout)          # the checks' own limit is the grader's
     function = exercise.function
     notes: list[str] = []
     outcome, kept, total = None, "", 0
@@ -77,13 +76,14 @@ def _grade_exercise(program: Program, exercise: Exercise, job: _Job, learner) ->
                 check(sandbox.function(info), hidden=False)
                 if job.hidden:     # visible inputs passed: a failure now is a hidden input's
                     try:
-                        _core.HIDDEN_KEY = job.hidden_key    # the random inputs from a secret
+                        # the random inputs drawn from a secret
+                        checks.configure(hidden_key=job.hidden_key)
                         check(sandbox.function(info), hidden=True)
                     except AssertionError as err:
                         raise AssertionError(f"(on a teacher-only input, which the notebook's "
                                              f"own check does not run) {err}") from None
                     finally:
-                        _core.HIDDEN_KEY = None
+                        checks.configure(hidden_key=None)
             problem = sandbox.audit()     # the rules, read where no patch of theirs reaches
             if problem:
                 raise AssertionError(f"{function}: {problem}")
@@ -117,7 +117,7 @@ def _grade_exercise(program: Program, exercise: Exercise, job: _Job, learner) ->
     return outcome
 
 
-def _checker(job: _Job, fd: int, template=None) -> None:
+def _checker(job: Job, fd: int, template=None) -> None:
     """The process that grades one submission: one JSON frame per exercise to ``fd``."""
     import ctypes
 
@@ -152,7 +152,7 @@ def _outcome(header: dict) -> Outcome:
     return Outcome(header["passed"], header["message"], notes)
 
 
-def _run(jobs: list[_Job], workers: int, template: bool = True) -> list[list[Outcome]]:
+def run_jobs(jobs: list[Job], workers: int, template: bool = True) -> list[list[Outcome]]:
     """Grade every job (a submission's exercises) in a checker of its own, ``workers`` at a
     time. A checker is a fork of this process (which holds nothing a learner could reach);
     its results arrive as JSON frames of at most ``MAX_RESULT`` bytes. With ``template``
@@ -173,7 +173,7 @@ def _run(jobs: list[_Job], workers: int, template: bool = True) -> list[list[Out
             started.close()
 
 
-def _run_checkers(jobs: list[_Job], workers: int, template) -> list[list[Outcome]]:
+def _run_checkers(jobs: list[Job], workers: int, template) -> list[list[Outcome]]:
     import multiprocessing
 
     from lncourse.grading.contain import kill_descendants

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lncourse.grading.checker import Outcome, _Job, _run
+from lncourse.grading.checker import Outcome, Job, run_jobs
 from lncourse.grading.exercises import Chapter, chapter as find_chapter
 from lncourse.grading.sheet import feedback, summary, write_csv, write_lms
 from lncourse.grading.submission import (chapter_of_class, fingerprint, program_for,
@@ -162,12 +162,12 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
                 programs.append((program, e))
         prints.append((g, fingerprint(p for p, _ in programs)))
         if programs:
-            jobs.append(_Job(tuple(programs), hidden, timeout, memory_mb, hide, ch.preload,
+            jobs.append(Job(tuple(programs), hidden, timeout, memory_mb, hide, ch.preload,
                              hidden_key))
             where.append(g)
     if ready is not None:
         ready(ch, graded)
-    for g, job, outcomes in zip(where, jobs, _run(jobs, workers or min(2 * (os.cpu_count() or 1), 4), template)):
+    for g, job, outcomes in zip(where, jobs, run_jobs(jobs, workers or min(2 * (os.cpu_count() or 1), 4), template)):
         for (_, e), outcome in zip(job.programs, outcomes):
             g.outcomes[e.label] = outcome
     for g in graded:   # keep the chapter's order

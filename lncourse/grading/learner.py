@@ -32,7 +32,7 @@ from lncourse.grading.contain import kill_descendants
 _BLOCKED = ("lncourse.checks", "lncourse.grading")
 # what the learner's process needs of grading (the package, its wire and itself)
 _ALLOWED = ("lncourse.grading", "lncourse.grading.wire", "lncourse.grading.learner")
-_PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 
@@ -51,7 +51,7 @@ class _NoChecks(importlib.abc.MetaPathFinder):
         return None
 
 
-def _prctl(option: int, value: int) -> None:
+def prctl(option: int, value: int) -> None:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except (OSError, AttributeError):
@@ -266,7 +266,7 @@ def serve(rin: int, rout: int, namespace: bool) -> None:
     from lncourse.grading.wire import read_frame, send
 
     me = os.getpid()
-    _prctl(_PR_SET_DUMPABLE, 0)   # the exercises' code cannot ptrace this process or read its memory
+    prctl(_PR_SET_DUMPABLE, 0)   # the exercises' code cannot ptrace this process or read its memory
     send(rout, {"op": "started"})
     while True:
         try:
@@ -278,7 +278,7 @@ def serve(rin: int, rout: int, namespace: bool) -> None:
         pid = os.fork()
         if pid == 0:
             code = 0
-            _prctl(_PR_SET_DUMPABLE, 1)   # its own /proc/self stays its own to read
+            prctl(_PR_SET_DUMPABLE, 1)   # its own /proc/self stays its own to read
             try:
                 os.chdir(header.get("tmp") or "/tmp")
                 _exercise(rin, rout, header)
@@ -298,8 +298,8 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     from lncourse.grading import seccomp     # before prepare() blocks lncourse.grading
     prepare()
     bubblewrap = os.environ.get("LNCOURSE_SANDBOX") == "bwrap"

@@ -168,7 +168,7 @@ def main() -> None:
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
-    learner._prctl(learner._PR_SET_CHILD_SUBREAPER, 1)   # the learners' parents exit at once
+    learner.prctl(learner.PR_SET_CHILD_SUBREAPER, 1)   # the learners' parents exit at once
     learner.prepare()
     control.send(_STARTED)
     while True:

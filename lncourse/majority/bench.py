@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from lncourse.majority import multiset as MS, multiset_fused as FUSED, task as majority
 from lncourse.majority.config import PAPER_SEEDS, MajorityConfig
-from lncourse.majority.train import _Adam, initial_model
+from lncourse.majority.train import Adam, initial_model
 
 __all__ = ["compare", "measure", "METHODS"]
 
@@ -64,7 +64,7 @@ def _stacked(models, counts, labels, batches, device, fused: bool) -> list[float
     variants = tuple(m.variant for m in models)
     params = {k: t.to(device).requires_grad_() for k, t in majority.stack_params(models).items()}
     if fused:
-        opt = _Adam(params, torch.full((len(models),), 1e-3, device=device))
+        opt = Adam(params, torch.full((len(models),), 1e-3, device=device))
     else:
         opt = torch.optim.Adam(list(params.values()), lr=1e-3)
     for step in range(batches.shape[1]):

@@ -17,8 +17,9 @@ from torch import Tensor
 
 from lncourse.majority import task as majority
 from lncourse.majority.config import MajorityConfig
-from lncourse.majority.train import (TRACE_STEPS, _BatchOrder, _data, _empty_history, _lr_factor,
-                             _record, initial_model)
+from lncourse.majority.train import (
+    TRACE_STEPS, BatchOrder, training_tensors, empty_history, lr_factor,
+    record_evaluation, initial_model)
 from lncourse.progress import progress
 
 __all__ = ["train_single"]
@@ -36,15 +37,15 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
     device = torch.device(device)
     cfg = dataclasses.replace(config, seeds=(seed,), variants=(variant,),
                               lr=config.lrs[0], steps=steps or config.steps)
-    data = _data(cfg, device)
+    data = training_tensors(cfg, device)
     model = initial_model(variant, seed, cfg).to(device=device, dtype=dtype)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda step: _lr_factor(step, cfg, math.ceil(len(data["train_labels"])
+        opt, lambda step: lr_factor(step, cfg, math.ceil(len(data["train_labels"])
                                                           / cfg.batch_size)))
-    order = _BatchOrder(seed, len(data["train_labels"]), cfg.batch_size)
+    order = BatchOrder(seed, len(data["train_labels"]), cfg.batch_size)
     loss_fn = torch.nn.CrossEntropyLoss()
-    history = _empty_history(cfg)
+    history = empty_history(cfg)
 
     def token_loss(step: int) -> Tensor:
         idx = order.indices(step).to(device)
@@ -66,7 +67,7 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
 
     with torch.no_grad():
         loss0 = token_loss(0)
-    _record(history, 0, loss0.reshape(1), *evaluate())
+    record_evaluation(history, 0, loss0.reshape(1), *evaluate())
     loss_sum = 0.0
     for step in progress(range(cfg.steps), desc=f"{variant} {seed}", disable=not show_progress):
         loss = token_loss(step)
@@ -81,7 +82,7 @@ def train_single(config: MajorityConfig, variant: str, seed: int, *,
             history["trace"]["train_loss"].append([loss.item()])
         if done % cfg.eval_every == 0 or done == cfg.steps:
             n = done - history["step"][-1]
-            _record(history, done, torch.tensor([loss_sum / n], dtype=torch.float64), *evaluate())
+            record_evaluation(history, done, torch.tensor([loss_sum / n], dtype=torch.float64), *evaluate())
             loss_sum = 0.0
     history["final_params"] = {k: p.detach().cpu().unsqueeze(0).tolist()
                                for k, p in majority.get_params(model).items()}

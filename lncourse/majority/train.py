@@ -41,7 +41,7 @@ TRACE_STEPS = 25   # every step's loss is kept for the first steps (what the tes
 
 
 # ------------------------------------------------------------------------ pieces
-def _data(config: MajorityConfig, device: torch.device):
+def training_tensors(config: MajorityConfig, device: torch.device):
     """Counts and labels of the train and test sets, on ``device``."""
     tokens, labels = majority.make_dataset(config.n_samples, config.seq_len, config.n_classes,
                                     config.min_margin, seed=config.data_seed)
@@ -65,13 +65,13 @@ def initial_model(variant: str, seed: int, config: MajorityConfig) -> majority.M
         return majority.MajorityModel(variant, config.d_model, config.n_classes)
 
 
-def _lr_factor(step: int, config: MajorityConfig, steps_per_epoch: int) -> float:
+def lr_factor(step: int, config: MajorityConfig, steps_per_epoch: int) -> float:
     """Linear decay from 1 to 0 over ``schedule_epochs`` (no warm-up), as released."""
     total = config.schedule_epochs * steps_per_epoch
     return max(0.0, (total - step) / total)
 
 
-class _BatchOrder:
+class BatchOrder:
     """Each seed's shuffled order of the training set, epoch after epoch.
 
     The permutation for an epoch is drawn from the seed's generator when the epoch
@@ -98,7 +98,7 @@ class _BatchOrder:
         self.perm = torch.randperm(self.n, generator=self.gen)
 
 
-class _Adam:
+class Adam:
     """``torch.optim.Adam``'s update (betas 0.9, 0.999, eps 1e-8) with a learning rate
     per model: ``lr`` is (M,), multiplied by the schedule's factor at each step."""
 
@@ -143,7 +143,7 @@ def _evaluate(params: dict[str, Tensor], variants: tuple[str, ...],
     return acc, (angles * class_weight).sum(dim=1) / class_weight.sum()
 
 
-def _empty_history(config: MajorityConfig) -> dict:
+def empty_history(config: MajorityConfig) -> dict:
     return {"config": dataclasses.asdict(config),
             "variant": [v for v, _, _ in config.models],
             "seed": [s for _, s, _ in config.models], "lr": [lr for _, _, lr in config.models],
@@ -151,7 +151,7 @@ def _empty_history(config: MajorityConfig) -> dict:
             "trace": {"step": [], "train_loss": []}}
 
 
-def _record(history: dict, step: int, train_loss: Tensor, acc: Tensor, angle: Tensor):
+def record_evaluation(history: dict, step: int, train_loss: Tensor, acc: Tensor, angle: Tensor):
     history["step"].append(step)
     history["train_loss"].append([float(x) for x in train_loss])
     history["test_acc"].append([float(x) for x in acc])
@@ -169,8 +169,8 @@ def _raise_if_not_finite(loss: Tensor, step: int, config: MajorityConfig) -> Non
 
 
 # ----------------------------------------------------------------------- trainers
-def restore_multiset(state: dict, config, params: dict[str, Tensor], opt: _Adam,
-                     orders: list[_BatchOrder], path) -> tuple[dict, int, float]:
+def restore_multiset(state: dict, config, params: dict[str, Tensor], opt: Adam,
+                     orders: list[BatchOrder], path) -> tuple[dict, int, float]:
     """Put a stacked trainer's checkpoint ``state`` back (this trainer's and chapter 5's
     :mod:`lncourse.norms.majority_run`): its parameters into ``params``, its Adam moments
     into ``opt``, each seed's place in its epoch into ``orders``. Refuses a checkpoint of
@@ -207,17 +207,17 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     an uninterrupted run's. A non-finite loss raises ``FloatingPointError``.
     """
     device = torch.device(device)
-    data = _data(config, device)
+    data = training_tensors(config, device)
     variants = tuple(v for v, _, _ in config.models)
     n_train = len(data["train_labels"])
-    orders = [_BatchOrder(s, n_train, config.batch_size) for s in config.seeds]
+    orders = [BatchOrder(s, n_train, config.batch_size) for s in config.seeds]
     steps_per_epoch = orders[0].steps_per_epoch
 
     init = majority.stack_params([initial_model(v, s, config) for v, s, _ in config.models])
     params = {k: t.to(device=device, dtype=dtype).requires_grad_() for k, t in init.items()}
     lrs = torch.tensor([lr for _, _, lr in config.models], device=device, dtype=dtype)
-    opt = _Adam(params, lrs)
-    history, start, elapsed = _empty_history(config), 0, 0.0
+    opt = Adam(params, lrs)
+    history, start, elapsed = empty_history(config), 0, 0.0
 
     state = load_checkpoint(checkpoint_path, kind="majority") if checkpoint_path else None
     if state is not None:
@@ -242,7 +242,7 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     if not history["step"]:  # a fresh run (a checkpoint at step 0 already holds it)
         c, y = batch(0)
         loss0, _ = FUSED.multiset_evaluate(params, c, y, variants, chunk)
-        _record(history, 0, loss0, *_evaluate(params, variants, data))
+        record_evaluation(history, 0, loss0, *_evaluate(params, variants, data))
         if checkpoint_path:
             checkpoint(0)
     snapshots = SnapshotRecorder(history, params, history["step"][-1])
@@ -254,7 +254,7 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
         c, y = batch(step)
         loss = FUSED.multiset_loss(params, c, y, variants, chunk)
         grads = torch.autograd.grad(loss.sum(), list(params.values()))
-        opt.step(dict(zip(params, grads)), _lr_factor(step, config, steps_per_epoch))
+        opt.step(dict(zip(params, grads)), lr_factor(step, config, steps_per_epoch))
         loss = loss.detach()
         loss_sum += loss
         done = step + 1
@@ -265,7 +265,7 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
         if done % config.eval_every == 0 or done == config.steps:
             _raise_if_not_finite(loss_sum, done, config)
             acc, angle = _evaluate(params, variants, data)
-            _record(history, done, loss_sum / (done - history["step"][-1]), acc, angle)
+            record_evaluation(history, done, loss_sum / (done - history["step"][-1]), acc, angle)
             snapshots.at_evaluation(done, params, config.steps)
             loss_sum.zero_()
             if checkpoint_path:

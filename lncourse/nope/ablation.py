@@ -27,7 +27,7 @@ import torch
 from lncourse.summary import paired_interval
 from lncourse.nope.variance import random_nope_model
 from lncourse.nope.features import all_features
-from lncourse.nope.probe import _stream_seed, middle_baseline
+from lncourse.nope.probe import stream_seed, middle_baseline
 from lncourse.nope.stream import Probes, errors
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 
@@ -86,7 +86,7 @@ def fit_row(cfg: AblationConfig, seed: int, row: str, train: dict):
     T = cfg.seq_len
     h, pos = _inputs(form, train[read]), train["pos"]
     n_seq = int(cfg.train_seqs * share)
-    gen = torch.Generator().manual_seed(_stream_seed(seed, 7, list(ROWS).index(row)))
+    gen = torch.Generator().manual_seed(stream_seed(seed, 7, list(ROWS).index(row)))
     keep = torch.arange(n_seq * T).view(n_seq, T)
     if per_seq is not None:   # a fixed random subset of positions of each sequence
         keep = torch.stack([torch.randperm(T, generator=gen)[:per_seq] for _ in range(n_seq)]) \

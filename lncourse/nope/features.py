@@ -19,7 +19,7 @@ from typing import Iterator
 import torch
 from torch import Tensor
 
-from lncourse.nope.probe import _stream_seed
+from lncourse.nope.probe import stream_seed
 
 __all__ = ["READS", "sequence_vectors", "feature_batches", "all_features"]
 
@@ -29,7 +29,7 @@ READS = ("ln_final", "resid")   # after the final LayerNorm (the paper's), or be
 def sequence_vectors(seed: int, index: int, seq_len: int, d_model: int, sigma: float) -> Tensor:
     """The inputs (T, d) ~ N(0, σ²) of sequence ``index`` of model ``seed``: the same
     vectors as :func:`lncourse.nope.probe.sequence_inputs`."""
-    gen = torch.Generator().manual_seed(_stream_seed(seed, index, 1))
+    gen = torch.Generator().manual_seed(stream_seed(seed, index, 1))
     return torch.randn(seq_len, d_model, generator=gen) * sigma
 
 

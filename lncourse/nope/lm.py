@@ -16,7 +16,7 @@ from torch import Tensor
 
 from lncourse.lm import train_lm
 from lncourse.modes import scaled
-from lncourse.nope.variance import _Moments
+from lncourse.nope.variance import Moments
 from lncourse.rng import check_seed, generator, seeded
 from lncourse.text import CharTokenizer, load_shakespeare, sample_batch, split_ids
 from lncourse.transformer import GPT, TransformerConfig
@@ -77,7 +77,7 @@ def trained_lm_variance(model: GPT, ids: Tensor, *, n_windows: int, block_size: 
     was_training = model.training
     model.eval()
     gen = generator(seed)
-    mom = _Moments()
+    mom = Moments()
     done = 0
     while done < n_windows:
         n = min(batch_size, n_windows - done)

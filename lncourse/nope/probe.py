@@ -104,7 +104,7 @@ class ProbeConfig:
 PRESETS = {"quick": ProbeConfig.quick, "paper": ProbeConfig.paper}
 
 
-def _stream_seed(*parts: int) -> int:
+def stream_seed(*parts: int) -> int:
     """A 32-bit seed for the stream named by ``parts`` (no two names share a stream)."""
     return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
 
@@ -114,7 +114,7 @@ def sequence_inputs(cfg: ProbeConfig, seed: int, index: int) -> tuple[Tensor, Te
 
     Each sequence has its own stream, so any one can be recomputed alone.
     """
-    gen = torch.Generator().manual_seed(_stream_seed(seed, index, 1))
+    gen = torch.Generator().manual_seed(stream_seed(seed, index, 1))
     x = torch.randn(cfg.seq_len, cfg.d_model, generator=gen) * cfg.sigma
     keep = torch.randperm(cfg.seq_len, generator=gen)[:cfg.positions_per_seq].sort().values
     return x, keep
@@ -160,7 +160,7 @@ class _Probes(nn.Module):
     def __init__(self, n_probes: int, d_model: int, hidden: int, seed: int):
         super().__init__()
         W1 = [torch.randn(d_model, hidden, generator=torch.Generator().manual_seed(
-            _stream_seed(seed, k, 2))) / math.sqrt(d_model) for k in range(n_probes)]
+            stream_seed(seed, k, 2))) / math.sqrt(d_model) for k in range(n_probes)]
         self.W1 = nn.Parameter(torch.stack(W1))
         self.b1 = nn.Parameter(torch.zeros(n_probes, 1, hidden))
         self.W2 = nn.Parameter(torch.zeros(n_probes, hidden, 1))
@@ -184,7 +184,7 @@ def train_probes(train: tuple[Tensor, Tensor], cfg: ProbeConfig, seed: int,
     n_seq = NP // P
     probes = _Probes(K1, d, cfg.hidden, seed)
     opt = torch.optim.Adam(probes.parameters(), lr=cfg.lr)
-    gen = torch.Generator().manual_seed(_stream_seed(seed, 3))
+    gen = torch.Generator().manual_seed(stream_seed(seed, 3))
     order, trace = torch.empty(0, dtype=torch.long), []
     for step in range(cfg.steps if steps is None else steps):
         if len(order) < cfg.seqs_per_step:

@@ -49,7 +49,7 @@ from lncourse.checkpoint import load_checkpoint
 from lncourse.lm import evaluate_lm, slim_checkpoint, train_lm
 from lncourse.lm_recipe import (SWEEP_RULE, Recipe, choose_lr, position_losses, sweep_run,
                                 reference_losses, with_references)
-from lncourse.nope.retrained_models import (PRESETS, VARIANTS, RetrainConfig, _data,
+from lncourse.nope.retrained_models import (PRESETS, VARIANTS, RetrainConfig, plays_data,
                                             build)
 # the replication page reads report and claims from here
 from lncourse.nope.retrained_report import claims, report, slope_claims, stall
@@ -68,7 +68,7 @@ def _ck(ck_dir: Path, kind: str, variant: str, index: int) -> Path:
 
 def _train(cfg: RetrainConfig, recipe: Recipe, variant: str, seed: int, lr: float,
            ck: Path | None, device: str, progress: bool) -> tuple[GPT, dict, dict]:
-    tok, train_ids, test_ids = _data()
+    tok, train_ids, test_ids = plays_data()
     model = build(cfg, tok.vocab_size, variant, seed)
     timing: dict = {}
     history = train_lm(model, train_ids, test_ids, **recipe.kwargs(lr), seed=seed,
@@ -109,7 +109,7 @@ def _round(model: GPT) -> GPT:
 def measure(model: GPT, cfg: RetrainConfig, seed: int) -> dict:
     """Everything stored about one model, on the CPU: test loss (the trainer's fixed test
     windows), per-position losses, and the per-layer variance profiles."""
-    tok, train_ids, test_ids = _data()
+    tok, train_ids, test_ids = plays_data()
     model = model.cpu().eval()
     loss = evaluate_lm(model, test_ids, batches=cfg.eval_batches, batch_size=cfg.batch_size,
                        block_size=cfg.block_size, seed=seed + 1, device="cpu")
@@ -127,7 +127,7 @@ def as_far_as_it_got(cfg: RetrainConfig, variant: str, seed: int, ck_dir: Path):
     state = load_checkpoint(_ck(ck_dir, "final", variant, seed))
     if state is None or state.get("kind") != "lm":
         raise RuntimeError(f"no checkpoint of the final run {variant}/{seed}")
-    tok, _, _ = _data()
+    tok, _, _ = plays_data()
     model = build(cfg, tok.vocab_size, variant, seed)
     model.load_state_dict({k: v.float() for k, v in state["model"].items()})
     return model, state["history"], {"sessions": state.get("sessions", []),
@@ -139,7 +139,7 @@ def run(cfg: RetrainConfig, ck_dir: Path | None, device: str = "cpu",
     """Sweep, choose, train the final models (each resuming from its checkpoint), round
     and measure; returns the payload (with ``seconds``) and the weights. ``as_is``:
     measure the final models as far as their checkpoints got, training nothing."""
-    tok, train_ids, test_ids = _data()
+    tok, train_ids, test_ids = plays_data()
     refs = reference_losses(train_ids, test_ids, tok.vocab_size)
     swept = ("NoPE",) if cfg.shared_lr else tuple(VARIANTS)
     sweep = {v: [run_sweep(cfg, v, i, ck_dir, device, progress)

@@ -103,7 +103,7 @@ PRESETS = {"paper": RetrainConfig, "wide": _wide, "cpu": _cpu, "tiny": _tiny}
 
 
 @functools.lru_cache(maxsize=1)
-def _data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
+def plays_data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
     text = load_shakespeare()
     tok = CharTokenizer.from_text(text)
     train_ids, test_ids = split_ids(tok.encode(text))

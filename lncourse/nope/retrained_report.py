@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from lncourse.lm_recipe import context_gain, position_losses, reference_losses
-from lncourse.nope.retrained_models import RetrainConfig, _data
+from lncourse.nope.retrained_models import RetrainConfig, plays_data
 from lncourse.results import RESULTS_DIR
 from lncourse.summary import paired_interval
 
@@ -124,13 +124,13 @@ def stall(windows: int = 64, late_start: int = 64) -> dict:
     float64 one, another CPU's 4.9e-4 from the stored (144 of the 16,384 losses move by
     more than 1e-5, the rest by about 1e-6). In float64 every loss is stable to about
     1e-9."""
-    from lncourse.nope.trained import _paper
+    from lncourse.nope.trained import paper_config
     from lncourse.nope.trained import build as build_old
     from lncourse.results import load_result
 
     old = load_result("nope/trained_lm")
-    tok, train_ids, test_ids = _data()
-    cfg = _paper()
+    tok, train_ids, test_ids = plays_data()
+    cfg = paper_config()
     model = build_old(cfg, tok.vocab_size)
     model.load_state_dict(torch.load(RESULTS_DIR / "nope" / old["weights"],
                                      weights_only=True))

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from lncourse.nope.variance import check_sizes, random_nope_model
 from lncourse.nope.features import feature_batches
-from lncourse.nope.probe import _stream_seed, middle_baseline
+from lncourse.nope.probe import stream_seed, middle_baseline
 from lncourse.progress import progress as progress_bar
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.rng import check_seed
@@ -100,7 +100,7 @@ class Probes(nn.Module):
 
     def __init__(self, n_probes: int, d_model: int, hidden: int, out: int, seed: int, tag: int):
         super().__init__()
-        gen = torch.Generator().manual_seed(_stream_seed(seed, tag, 5))
+        gen = torch.Generator().manual_seed(stream_seed(seed, tag, 5))
         self.W1 = nn.Parameter(torch.randn(n_probes, d_model, hidden, generator=gen)
                                / math.sqrt(d_model))
         self.b1 = nn.Parameter(torch.zeros(n_probes, 1, hidden))
@@ -112,7 +112,7 @@ class Probes(nn.Module):
         return torch.relu(h @ self.W1 + self.b1) @ self.W2 + self.b2
 
 
-def _losses(cls: Probes, reg: Probes, h: Tensor, pos: Tensor, T: int) -> tuple[Tensor, Tensor]:
+def probe_losses(cls: Probes, reg: Probes, h: Tensor, pos: Tensor, T: int) -> tuple[Tensor, Tensor]:
     """Per-depth cross-entropy of the classifier and L1 error of m / T of the regression."""
     logits = cls(h)                                                   # (K + 1, n, T)
     ce = nn.functional.cross_entropy(logits.flatten(0, 1), pos.repeat(len(h)),
@@ -158,10 +158,10 @@ def train_model(cfg: StreamConfig, seed: int, causal: bool, state: dict | None =
     for j in progress_bar(batches, desc=f"seed {seed}", disable=not progress):
         (h, pos), = feature_batches(model, seed, range(j * B, (j + 1) * B), cfg.sigma,
                                     batch=B, dtype=dtype)
-        gen = torch.Generator().manual_seed(_stream_seed(seed, j, 6))
+        gen = torch.Generator().manual_seed(stream_seed(seed, j, 6))
         for _ in range(cfg.updates_in(j)):
             idx = torch.randint(len(pos), (cfg.update_positions,), generator=gen)
-            ce, l1 = _losses(cls, reg, h[:, idx], pos[idx], T)
+            ce, l1 = probe_losses(cls, reg, h[:, idx], pos[idx], T)
             opt.zero_grad(set_to_none=True)
             (ce.sum() + l1.sum()).backward()
             opt.step()

@@ -43,8 +43,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lncourse.nope.features import sequence_vectors
-from lncourse.nope.probe import _stream_seed
-from lncourse.nope.stream import DTYPES, Probes, StreamConfig, _losses, errors, predict
+from lncourse.nope.probe import stream_seed
+from lncourse.nope.stream import DTYPES, Probes, StreamConfig, probe_losses, errors, predict
 from lncourse.nope.variance import check_sizes, random_nope_model
 from lncourse.rng import check_seed
 
@@ -188,7 +188,7 @@ def _batch(cfg: FastConfig, seed: int, j: int, device) -> Tensor:
     B = cfg.seqs_per_batch
     if cfg.inputs == "stream":
         return host_inputs(seed, range(j * B, (j + 1) * B), cfg, device)
-    gen = torch.Generator(device=device).manual_seed(_stream_seed(seed, j, 8))
+    gen = torch.Generator(device=device).manual_seed(stream_seed(seed, j, 8))
     return torch.randn(B, cfg.seq_len, cfg.d_model, generator=gen, device=device) * cfg.sigma
 
 
@@ -265,12 +265,12 @@ def train_fast(cfg: FastConfig, seed: int, causal: bool, device="cpu", state=Non
             if cfg.every_position:
                 draws = [None] * n
             else:
-                gen = torch.Generator().manual_seed(_stream_seed(seed, j, 6))
+                gen = torch.Generator().manual_seed(stream_seed(seed, j, 6))
                 draws = torch.randint(B * T, (n, cfg.update_positions), generator=gen)
                 draws = list(draws.to(device)) if n else []
             for idx in draws:
                 hh, pos = (h, pos_all) if idx is None else (h[:, idx], pos_all[idx])
-                ce, l1 = _losses(cls, reg, hh, pos, T)
+                ce, l1 = probe_losses(cls, reg, hh, pos, T)
                 opt.zero_grad(set_to_none=True)
                 (ce.sum() + l1.sum()).backward()
                 opt.step()

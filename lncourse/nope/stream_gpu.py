@@ -21,7 +21,7 @@ import numpy as np
 
 from lncourse.claims import Claim
 from lncourse.nope.stream_import import phase_view
-from lncourse.nope.verdict import _ci, claims as figure2_claims
+from lncourse.nope.verdict import format_ci, claims as figure2_claims
 from lncourse.results import RESULTS_DIR, load_result
 
 __all__ = ["GPU", "CPU", "MIN_SEQS_PER_S", "SAME_AS_STORED", "load", "claims",
@@ -113,7 +113,7 @@ def _overfit(r: dict, K: int) -> list[Claim]:
     train = {p: float(np.mean([d[0] for d in r[p]["train"][1:]])) for p in PROBES}
     text = (f"At the stored size, averaged over depths 1–{K}, the held-out error exceeds "
             "the error on the training sequences read again by " + " and ".join(
-                f"{_ci(g[p])} positions ({p}; training error {train[p]:.1f})"
+                f"{format_ci(g[p])} positions ({p}; training error {train[p]:.1f})"
                 for p in PROBES) + f"; 95% t intervals over {over}.")
     values = {p: list(g[p]) for p in PROBES}
     out = []
@@ -122,9 +122,9 @@ def _overfit(r: dict, K: int) -> list[Claim]:
         wide = all(w[p][0][1] > 1 for p in PROBES)
         out.append(Claim(
             "stored_size_wide_on_training_too", "On sequences they trained on, the "
-            "answers are spread " + " and ".join(f"{_ci(w[p][0])} ({p})" for p in PROBES)
+            "answers are spread " + " and ".join(f"{format_ci(w[p][0])} ({p})" for p in PROBES)
             + " times wider than what they carry warrants, against " + " and ".join(
-                _ci(w[p][1]) for p in PROBES) + " on held-out ones: the too-wide spread "
+                format_ci(w[p][1]) for p in PROBES) + " on held-out ones: the too-wide spread "
             + ("is not a matter of over-fitting." if wide else
                "may be over-fitting, at least in part."), wide, w))
     return out + [
@@ -140,7 +140,7 @@ def _rerun(r: dict) -> list[Claim]:
         return []
     show = {p: v["interval"] or (v["each"][0], None, None) for p, v in d.items()}
     text = ("The rerun of the stored protocol differs from the stored CPU run by " + " and ".join(
-        (_ci(show[p], "{:+.1f}") if show[p][1] is not None else f"{show[p][0]:+.1f}")
+        (format_ci(show[p], "{:+.1f}") if show[p][1] is not None else f"{show[p][0]:+.1f}")
         + f" ({p})" for p in PROBES) + f" positions averaged over depths, paired by seed "
         f"({len(d['classifier']['each'])} model(s)).")
     holds = all(abs(v[0]) < SAME_AS_STORED for v in show.values())
@@ -155,6 +155,6 @@ def _against_stored(r: dict) -> list[Claim]:
     return [Claim(
         "paper_budget_lowers_error", "A hundred times the stored run's sequences change "
         "the error averaged over depths by " + " and ".join(
-            f"{_ci(iv[p], '{:+.1f}')} ({p})" for p in PROBES)
+            f"{format_ci(iv[p], '{:+.1f}')} ({p})" for p in PROBES)
         + " positions (paired by seed).", all(v[2] < 0 for v in iv.values()),
         {p: iv[p] for p in PROBES})]

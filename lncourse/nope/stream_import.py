@@ -31,8 +31,8 @@ from scipy import stats
 from lncourse.nope.probe import middle_baseline
 from lncourse.nope.stream import errors
 from lncourse.nope.stream_report import correlation, recalibrated, spread
-from lncourse.nope.verdict import _interval, depth_slope, uniform_guess
-from lncourse.results import RESULTS_DIR, _git_commit, load_result, write_result
+from lncourse.nope.verdict import t_interval, depth_slope, uniform_guess
+from lncourse.results import RESULTS_DIR, git_commit, load_result, write_result
 
 __all__ = ["load_folder", "check", "find_commit", "phase_view", "welch_gap", "readings",
            "store", "main"]
@@ -125,7 +125,7 @@ def welch_gap(held: np.ndarray, train: np.ndarray, level: float = 0.95):
 
 def _depths(a: np.ndarray) -> list:
     """Per depth over models: (mean, low, high), the interval None for one model."""
-    return [[float(a[:, k].mean()), *((_interval(a[:, k]) or (0, None, None))[1:])]
+    return [[float(a[:, k].mean()), *((t_interval(a[:, k]) or (0, None, None))[1:])]
             for k in range(a.shape[1])]
 
 
@@ -161,9 +161,9 @@ def readings(stored: dict, arrays: dict, reference: dict | None = None) -> dict:
             mae = np.array([m[f"mae_{probe}"] for m in causal])
             pre = [f"{ph}__causal_{m['seed']}__" for m in causal]
             preds = [arrays[s + f"pred_{probe}"] for s in pre]
-            q = {"mae": _depths(mae), "mean_1_to_K": _interval(mae[:, 1:].mean(1)),
+            q = {"mae": _depths(mae), "mean_1_to_K": t_interval(mae[:, 1:].mean(1)),
                  "mean_1_to_K_each": mae[:, 1:].mean(1).tolist(),
-                 "slope": _interval([depth_slope(x) for x in mae]),
+                 "slope": t_interval([depth_slope(x) for x in mae]),
                  "corr_1_to_K": [float(np.mean(correlation(x, T)[1:])) for x in preds],
                  "recal_1_to_K": [float(np.mean(recalibrated(x, T)[1:])) for x in preds]}
             bi = view["results"]["bidirectional"]
@@ -173,20 +173,20 @@ def readings(stored: dict, arrays: dict, reference: dict | None = None) -> dict:
                 train = np.array([m[f"mae_{probe}_train"] for m in causal])
                 gap = np.array([m[f"mae_{probe}{low}"] for m in causal]) - train
                 q.update(train=_depths(train), gap=_depths(gap),
-                         gap_1_to_K=_interval(gap[:, 1:].mean(1)),
+                         gap_1_to_K=t_interval(gap[:, 1:].mean(1)),
                          gap_1_to_K_each=[welch_gap(
                              arrays[s + f"seqerr_{probe}_held"][1:].mean(0),
                              arrays[s + f"seqerr_{probe}_train"][1:].mean(0)) for s in pre])
             if pre and pre[0] + f"pred_{probe}_train" in arrays:
-                q["width_train"] = _interval([_width(arrays[x + f"pred_{probe}_train"], T)
+                q["width_train"] = t_interval([_width(arrays[x + f"pred_{probe}_train"], T)
                                               for x in pre]) or [None] * 3
-                q["width_held"] = _interval([_width(x, T) for x in preds]) or [None] * 3
+                q["width_held"] = t_interval([_width(x, T) for x in preds]) or [None] * 3
             if reference is not None and all(reference["config"][k] == p["config"][k]
                                               for k in ("seq_len", "n_layers", "d_model")):
                 ref = {m["seed"]: m[f"mae_{probe}"] for m in reference["results"]["causal"]}
                 d = [float(np.mean(m[f"mae_{probe}"][1:]) - np.mean(ref[m["seed"]][1:]))
                      for m in causal if m["seed"] in ref]
-                q["minus_stored_1_to_K"] = {"each": d, "interval": _interval(d)}
+                q["minus_stored_1_to_K"] = {"each": d, "interval": t_interval(d)}
             r[probe] = q
         out["phases"][ph] = r
     return out
@@ -233,7 +233,7 @@ def store(folder: Path, name: str = "stream_gpu", argv=None) -> Path:
         **prov, "git_commit": commit, "runs": runs, "checked_errors": n,
         "written": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "imported": {"command": "python -m lncourse.nope.stream_import " + " ".join(
-            argv if argv is not None else [str(folder)]), "git_commit": _git_commit()}}
+            argv if argv is not None else [str(folder)]), "git_commit": git_commit()}}
     npz.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(npz, **arrays)
     write_result(out, stored)

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.claims import Claim
-from lncourse.nope.verdict import _ci, _interval, claims as figure2_claims
+from lncourse.nope.verdict import format_ci, t_interval, claims as figure2_claims
 from lncourse.results import RESULTS_DIR
 from lncourse.summary import paired_interval
 
@@ -193,7 +193,7 @@ def summary(stored: dict, reads: dict) -> dict:
 def _mean_1_to_k(a: np.ndarray):
     """The mean over depths 1 ... K per model, then over models with its interval (as
     :func:`lncourse.nope.verdict.summary`'s ``mean_1_to_K``)."""
-    return _interval(a[:, 1:].mean(1))
+    return t_interval(a[:, 1:].mean(1))
 
 
 def claims(stored: dict, reads: dict, ablation: dict | None = None) -> list[Claim]:
@@ -225,7 +225,7 @@ def claims(stored: dict, reads: dict, ablation: dict | None = None) -> list[Clai
         "stream_reads_position", "The causal probes' answers carry the position at every "
         f"depth from 1 to {K}: the lowest interval of their correlation with it starts at "
         f"{min(lows.values()):.3f}; after 0 layers the correlation is "
-        + " and ".join(f"{_ci(zero0[p], '{:+.3f}')} ({p})" for p in PROBES) + ".",
+        + " and ".join(f"{format_ci(zero0[p], '{:+.3f}')} ({p})" for p in PROBES) + ".",
         min(lows.values()) > 0 and all(abs(z[0]) < 0.02 for z in zero0.values())))
     if bi is not None:
         top = max(float(np.abs(bi[p]["corr"].mean(0)).max()) for p in PROBES)
@@ -240,13 +240,13 @@ def claims(stored: dict, reads: dict, ablation: dict | None = None) -> list[Clai
     out.append(Claim(
         "stream_too_wide", "Their answers are spread wider than what they carry warrants: "
         f"averaged over depths 1–{K}, each answer's spread is " + " and ".join(
-            f"{_ci(wide[p], '{:.1f}')} ({p})" for p in PROBES)
+            f"{format_ci(wide[p], '{:.1f}')} ({p})" for p in PROBES)
         + " times the least-squares spread (its correlation times the positions' "
         f"{sd:.0f}).", all(w[1] > 1 for w in wide.values())))
     recal = {p: _mean_1_to_k(causal[p]["recal"]) for p in PROBES}
     out.append(Claim(
         "stream_recalibrated_below", f"Recalibrated, averaged over depths 1–{K}, the same "
-        "answers err by " + " and ".join(f"{_ci(recal[p])} ({p})" for p in PROBES)
+        "answers err by " + " and ".join(f"{format_ci(recal[p])} ({p})" for p in PROBES)
         + f", below the {base:.0f} of guessing the middle.",
         all(r[2] < base for r in recal.values())))
     if ablation is not None:
@@ -268,9 +268,9 @@ def depth_trend(stored: dict, reads: dict, probe: str = "classifier", mid: int =
     r, k = c["recal"], c["corr"]
     K = r.shape[1] - 1
     return {"probe": probe, "K": K, "mid": mid, "models": len(r),
-            "recal_drop": _interval(r[:, 1] - r[:, K]),
-            "recal_drop_to_mid": _interval(r[:, 1] - r[:, mid]),
-            "corr_rise": _interval(k[:, K] - k[:, 1])}
+            "recal_drop": t_interval(r[:, 1] - r[:, K]),
+            "recal_drop_to_mid": t_interval(r[:, 1] - r[:, mid]),
+            "corr_rise": t_interval(k[:, K] - k[:, 1])}
 
 
 def trend_claim(stored: dict, reads: dict, probe: str = "classifier") -> Claim:
@@ -281,9 +281,9 @@ def trend_claim(stored: dict, reads: dict, probe: str = "classifier") -> Claim:
     return Claim(
         f"stream_{probe}_recalibrated_depth_trend", f"Exploratory (the recalibration was "
         f"devised after the null result): recalibrated, the {probe}'s error falls by "
-        f"{_ci(t['recal_drop'])} positions from depth 1 to depth {K} "
-        f"({_ci(t['recal_drop_to_mid'])} of it by depth {m}), and the correlation of its "
-        f"answers with the position rises by {_ci(t['corr_rise'], '{:+.2f}')} "
+        f"{format_ci(t['recal_drop'])} positions from depth 1 to depth {K} "
+        f"({format_ci(t['recal_drop_to_mid'])} of it by depth {m}), and the correlation of its "
+        f"answers with the position rises by {format_ci(t['corr_rise'], '{:+.2f}')} "
         f"({t['models']} causal models).",
         t["recal_drop"][1] > 0 and t["corr_rise"][1] > 0, t)
 
@@ -306,7 +306,7 @@ def _more_data(stored: dict, causal: dict, ablation: dict) -> Claim:
         "stream_more_data", f"{cfg['train_seqs'] / acfg['train_seqs']:.0f} times the "
         f"ablation's sequences and {cfg['updates'] / acfg['updates']:.1f} times its "
         f"updates lower the classifier's error at depth {depths[-1]} (paired over "
-        f"{len(both)} seeds: " + "; ".join(f"depth {k}: {_ci(e, '{:+.1f}')}"
+        f"{len(both)} seeds: " + "; ".join(f"depth {k}: {format_ci(e, '{:+.1f}')}"
                                            for k, e in zip(depths, d)) + ").",
         bool(d[-1][2] < 0))
 
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None):
     import argparse
     import time
 
-    from lncourse.results import _git_commit, command_line, load_result, store_run
+    from lncourse.results import git_commit, command_line, load_result, store_run
 
     parser = argparse.ArgumentParser(prog="python -m lncourse.nope.stream_report", description=
                                      "Store the readings of chapter 4's probe run.")
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None):
     t0 = time.perf_counter()
     stored = load_result("nope/stream_paper")
     started = {"command": command_line("lncourse.nope.stream_report", argv),
-               "git_commit": _git_commit()}
+               "git_commit": git_commit()}
     if args.lesson:
         npz = RESULTS_DIR / f"{LESSON}_predictions.npz"
         np.savez_compressed(npz, **lesson_answers(stored, load_predictions(stored)))

@@ -34,7 +34,7 @@ import torch
 
 from lncourse.lm import train_lm
 from lncourse.nope.lm import NoPELMConfig
-from lncourse.nope.variance import _Moments
+from lncourse.nope.variance import Moments
 from lncourse.results import (RESULTS_DIR, command_line, run_arguments, run_started,
                               store_run)
 from lncourse.rng import generator, seeded
@@ -48,7 +48,7 @@ __all__ = ["PRESETS", "GROUPS", "build", "profiles", "slopes", "summary", "bigra
 GROUPS = 16          # groups of windows: one variance curve and one slope each
 
 
-def _paper() -> NoPELMConfig:
+def paper_config() -> NoPELMConfig:
     """The paper preset: d 256, 8 heads, 4 layers, L 256, 3,000 steps of batch 32 and 512
     windows (Chi et al. average 500 samples), measured in 16 groups of 32."""
     return dataclasses.replace(NoPELMConfig.paper(), windows=512)
@@ -60,10 +60,10 @@ def _tiny() -> NoPELMConfig:
                         batch_size=8, windows=64, eval_batches=1)
 
 
-PRESETS = {"paper": _paper, "tiny": _tiny}
+PRESETS = {"paper": paper_config, "tiny": _tiny}
 
 
-def _data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
+def plays_data() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
     text = load_shakespeare()
     tok = CharTokenizer.from_text(text)
     train_ids, test_ids = split_ids(tok.encode(text))
@@ -100,7 +100,7 @@ def profiles(model: GPT, ids: torch.Tensor, cfg: NoPELMConfig, groups: int = GRO
     uniformity = [[None] * groups for _ in range(n_layers)]
     logm = torch.log(torch.arange(1, T + 1, dtype=torch.float64))
     for g in range(groups):
-        moms = [_Moments() for _ in range(n_layers)]
+        moms = [Moments() for _ in range(n_layers)]
         ent = np.zeros(n_layers)
         done = 0
         while done < k:
@@ -155,7 +155,7 @@ def bigram_loss() -> float:
     """The test cross-entropy (nats per character) of the bigram table of the training
     split (add-one smoothing): what a model that reads only the current character can
     reach, the reference for how much a trained model uses its context."""
-    tok, train_ids, test_ids = _data()
+    tok, train_ids, test_ids = plays_data()
     v = tok.vocab_size
     counts = torch.ones(v, v, dtype=torch.float64)
     counts.index_put_((train_ids[:-1], train_ids[1:]),
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> Path:
     cfg = PRESETS[args.preset]()
     out, weights, ck = _paths(args.preset)
     started = run_started(ck, command_line("lncourse.nope.trained", argv))
-    tok, train_ids, test_ids = _data()
+    tok, train_ids, test_ids = plays_data()
     before = profiles(build(cfg, tok.vocab_size), test_ids, cfg)
     model = build(cfg, tok.vocab_size)
     timing: dict = {}

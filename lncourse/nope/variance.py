@@ -167,7 +167,7 @@ def first_layer(x: Tensor, weights: dict[str, Tensor], n_heads: int, causal: boo
             "ln_final": F.layer_norm(resid, (d,), eps=eps)}
 
 
-class _Moments:
+class Moments:
     """Running sums in float64 for the variance across samples (per position, per dim)."""
 
     def __init__(self):
@@ -220,7 +220,7 @@ def layer_statistics(d_model: int = 768, n_heads: int = 12, seq_len: int = 512,
     weights = first_layer_weights(d_model, sigma, seed, device)
     gen = generator(seed + 1)
     T = seq_len
-    o_m, ln_m, r_m = _Moments(), _Moments(), _Moments()
+    o_m, ln_m, r_m = Moments(), Moments(), Moments()
     attn_sum = torch.zeros(T, T, dtype=torch.float64)
     score_sum = torch.zeros(T, dtype=torch.float64)
     score_sq = torch.zeros(T, dtype=torch.float64)

@@ -31,7 +31,7 @@ def depth_slope(mae) -> float:
     return float((x * (y - y.mean())).sum() / (x * x).sum())
 
 
-def _interval(values) -> tuple[float, float, float] | None:
+def t_interval(values) -> tuple[float, float, float] | None:
     v = np.asarray(values, dtype=float)
     return paired_interval(v) if len(v) >= 2 else None
 
@@ -47,16 +47,16 @@ def summary(stored: dict, key: str = "mae_classifier") -> dict:
         if not runs:
             continue
         mae = np.array([r[key] for r in runs])                       # (seeds, K + 1)
-        per_depth = [_interval(mae[:, k]) for k in range(mae.shape[1])]
+        per_depth = [t_interval(mae[:, k]) for k in range(mae.shape[1])]
         out[kind] = {"mae": mae.mean(0).tolist(),
                      "ci": [None if c is None else (c[1], c[2]) for c in per_depth],
-                     "slope": _interval([depth_slope(m) for m in mae]),
-                     "mean_1_to_K": _interval(mae[:, 1:].mean(1)),
+                     "slope": t_interval([depth_slope(m) for m in mae]),
+                     "mean_1_to_K": t_interval(mae[:, 1:].mean(1)),
                      "seeds": len(runs), "per_seed": mae.tolist()}
     return out
 
 
-def _ci(e, fmt: str = "{:.1f}") -> str:
+def format_ci(e, fmt: str = "{:.1f}") -> str:
     return f"{fmt.format(e[0])} [{fmt.format(e[1])}, {fmt.format(e[2])}]"
 
 
@@ -77,12 +77,12 @@ def claims(stored: dict, ablation: dict | None = None, key: str = "mae_classifie
         slope, level = c["slope"], c["mean_1_to_K"]
         falls, below = slope[2] < 0, level[2] < base
         out.append(Claim("falls_with_depth",
-                         f"The causal probe's error changes by {_ci(slope, '{:+.2f}')} "
+                         f"The causal probe's error changes by {format_ci(slope, '{:+.2f}')} "
                          f"positions per layer over depths 1–{len(c['mae']) - 1} "
                          f"({c['seeds']} seeds).", falls))
         out.append(Claim("below_baseline",
                          f"Averaged over depths 1–{len(c['mae']) - 1} the causal probe's "
-                         f"error is {_ci(level)}, against {base:.0f} for guessing the "
+                         f"error is {format_ci(level)}, against {base:.0f} for guessing the "
                          "middle.", below))
         out.append(Claim("reproduces_figure2",
                          "Figure 2's shape (the error falls with depth, below the baseline) "
@@ -127,7 +127,7 @@ def below_baseline_claims(ablation: dict) -> list[Claim]:
             out.append(Claim(f"below_{row}", f"{row}: too few seeds (INCOMPLETE).", None))
             continue
         e = paired_interval(v)
-        out.append(Claim(f"below_{row}", f"{row} at depth {depths[-1]}: {_ci(e)} against "
+        out.append(Claim(f"below_{row}", f"{row} at depth {depths[-1]}: {format_ci(e)} against "
                          f"{base:.0f} for guessing the middle.", bool(e[2] < base)))
     return out
 
@@ -149,7 +149,7 @@ def ablation_claims(ablation: dict) -> list[Claim]:
         holds = {"raises": last[1] > 0, "lowers": last[2] < 0,
                  "differs": last[1] > 0 or last[2] < 0,
                  "same": -2 < last[1] and last[2] < 2}[kind]
-        detail = "; ".join(f"depth {k}: {_ci(e, '{:+.1f}')}" for k, e in zip(depths, d))
+        detail = "; ".join(f"depth {k}: {format_ci(e, '{:+.1f}')}" for k, e in zip(depths, d))
         out.append(Claim(f"ablation_{row}", f"{text} (paired difference to the base probe, "
                          f"{len(runs)} seeds: {detail}).", bool(holds)))
     return out
@@ -170,12 +170,12 @@ def page_claims(stored: dict, ablation: dict) -> list[Claim]:
     below = [k.key.removeprefix("below_") for k in below_baseline_claims(ablation) if k.holds]
     return [
         Claim("no_trend", f"The causal probe's error has no trend with depth: "
-              f"{_ci(slope, '{:+.2f}')} positions per layer.", slope[1] < 0 < slope[2]),
+              f"{format_ci(slope, '{:+.2f}')} positions per layer.", slope[1] < 0 < slope[2]),
         Claim("depth0_above_baseline", f"After 0 layers the causal probe's error is "
               f"{c['mae'][0]:.1f} [{lo0[0]:.1f}, {lo0[1]:.1f}], above the baseline "
               f"{base:.0f}.", lo0[0] > base),
         Claim("classifier_not_below", f"At depth {depths[-1]} the paper's classifier "
-              f"averages {_ci(deep)}, not below the {ablation['baseline']:.0f} of guessing "
+              f"averages {format_ci(deep)}, not below the {ablation['baseline']:.0f} of guessing "
               "the middle.", deep[2] >= ablation["baseline"]),
         Claim("form_resolved", "Of the ablation's choices, the intervals resolve the "
               f"effect of the probe's form only (hypotheses that hold: {', '.join(resolved)}; "
@@ -216,22 +216,22 @@ def decode_claims(decode: dict) -> list[Claim]:
     mm = diff("mean", "median", -1)
     return [
         Claim("decode_depth0", f"After {depths[0]} layers, where nothing of the position "
-              f"can be read, the argmax errs by {_ci(a0)}, like a uniform random guess "
-              f"({uni:.1f}); the median of the same posterior by {_ci(m0)}, like guessing "
+              f"can be read, the argmax errs by {format_ci(a0)}, like a uniform random guess "
+              f"({uni:.1f}); the median of the same posterior by {format_ci(m0)}, like guessing "
               f"the middle ({base:.0f}).",
               bool(a0[1] <= uni <= a0[2] and abs(m0[0] - base) < abs(m0[0] - uni))),
         Claim("decode_median_lower", "At every depth the median's error is below the "
               f"argmax's (paired difference, {len(runs)} seeds: " + "; ".join(
-                  f"depth {k}: {_ci(e, '{:+.1f}')}" for k, e in zip(depths, d)) + ").",
+                  f"depth {k}: {format_ci(e, '{:+.1f}')}" for k, e in zip(depths, d)) + ").",
               all(e[2] < 0 for e in d)),
         Claim("decode_none_below", "Read by its median, the classifier cannot be told "
               f"from guessing the middle ({base:.0f}) at any depth: every interval contains "
-              "it (" + "; ".join(f"depth {k}: {_ci(e)}" for k, e in zip(depths, t["median"]))
+              "it (" + "; ".join(f"depth {k}: {format_ci(e)}" for k, e in zip(depths, t["median"]))
               + f"). Read by its mean, at depth {depths[-1]} it errs by "
-              f"{_ci(deep['mean'])}, not below the middle either.",
+              f"{format_ci(deep['mean'])}, not below the middle either.",
               all(e[1] <= base <= e[2] for e in t["median"]) and deep["mean"][2] >= base),
         Claim("decode_overconfident", f"At depth {depths[-1]} the mean's error is below "
-              f"the median's ({_ci(mm, '{:+.1f}')}), which cannot happen on average for a "
+              f"the median's ({format_ci(mm, '{:+.1f}')}), which cannot happen on average for a "
               "calibrated posterior: the probe's probabilities are not calibrated.",
               bool(mm[2] < 0)),
     ]

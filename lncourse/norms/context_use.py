@@ -57,7 +57,7 @@ def measure_all(progress: bool = False) -> dict:
     heads = load_result("norms/trained_heads")
     hcfg = trained.HeadsConfig(**{k: tuple(v) if isinstance(v, list) else v
                                   for k, v in heads["config"].items() if k != "vocab_size"})
-    tok, train_ids, test_ids = trained._data(hcfg)
+    tok, train_ids, test_ids = trained.token_streams(hcfg)
     out["references"] = reference_losses(train_ids, test_ids, tok.vocab_size)
     out["trained_heads"] = {
         v: [{"seed": r["seed"], "test_loss": r["history"]["test_loss"][-1],
@@ -72,7 +72,7 @@ def measure_all(progress: bool = False) -> dict:
     for name, (result, load) in grid.items():
         weights = torch.load(RESULTS_DIR / "norms" / f"{name}.pt", weights_only=True)
         cfg = L.LogitsConfig.from_dict(result["config"])
-        tok, train_ids, test_ids = L._data(cfg)
+        tok, train_ids, test_ids = L.token_streams(cfg)
         out[name] = {}
         for variant, runs in result["models"].items():
             out[name][variant] = []

@@ -57,7 +57,7 @@ __all__ = ["VARIANTS", "LogitsConfig", "PRESETS", "lr_at", "build", "max_logits"
            "summarize", "run", "load_model", "windows_of", "grid_main", "main"]
 
 
-def _data(cfg: LogitsConfig):
+def token_streams(cfg: LogitsConfig):
     """The tokenizer and the training and test ids (read-only: shared between calls)."""
     return char_streams(cfg.text_chars)
 
@@ -179,7 +179,7 @@ def qk_bound(model: GPT) -> list[float]:
     return out
 
 
-def _windows(cfg: LogitsConfig, train_ids, test_ids):
+def probe_and_test_windows(cfg: LogitsConfig, train_ids, test_ids):
     probe, _ = sample_batch(train_ids, cfg.probe_windows, cfg.block_size, generator(777))
     test_x, test_y = sample_batch(test_ids, cfg.test_windows, cfg.block_size,
                                   generator(12345))
@@ -192,8 +192,9 @@ def run(cfg: LogitsConfig, show_progress: bool = True, checkpoint: Path | None =
     provenance, with ``seconds``) and the rounded weights {key: state_dict}. With
     ``checkpoint``, every finished model is saved there and a run started again skips
     the models it holds (each model's history depends only on its own seed)."""
-    tok, train_ids, test_ids = _data(cfg)
-    probe, test_x, test_y = (t.to(device) for t in _windows(cfg, train_ids, test_ids))
+    tok, train_ids, test_ids = token_streams(cfg)
+    windows = probe_and_test_windows(cfg, train_ids, test_ids)
+    probe, test_x, test_y = (t.to(device) for t in windows)
     state = (load_checkpoint(checkpoint, kind="norms_logits") if checkpoint else None) \
         or {"config": dataclasses.asdict(cfg), "records": {}, "weights": {},
             "seconds": 0.0}
@@ -240,8 +241,8 @@ def load_model(result: dict, weights: dict, variant: str, lr_index: int, seed: i
 def windows_of(result: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The probe windows and held-out windows a stored run measured on."""
     cfg = LogitsConfig.from_dict(result["config"])
-    _, train_ids, test_ids = _data(cfg)
-    return _windows(cfg, train_ids, test_ids)
+    _, train_ids, test_ids = token_streams(cfg)
+    return probe_and_test_windows(cfg, train_ids, test_ids)
 
 
 def grid_main(module: str, description: str, stem: str, train, argv=None) -> Path:

@@ -17,7 +17,7 @@ from lncourse.summary import paired_interval
 __all__ = ["sensitivity", "summarize"]
 
 
-def _loss_or_inf(value: float | None) -> float:
+def loss_or_inf(value: float | None) -> float:
     return float("inf") if value is None else value
 
 
@@ -53,7 +53,7 @@ def summarize(models: dict, cfg) -> dict:
                            "test_loss": list(mean_interval(loss)) if not diverged else None,
                            "max_logit": (list(mean_interval(logit))
                                          if None not in logit else None)})
-        losses = np.array([[_loss_or_inf(next(r["test_loss"] for r in runs
+        losses = np.array([[loss_or_inf(next(r["test_loss"] for r in runs
                                  if r["seed"] == s and r["lr_index"] == i))
                             for i in range(len(cfg.lrs))] for s in cfg.seeds])
         initial = np.array([next(r["initial_loss"] for r in runs if r["seed"] == s)

@@ -80,7 +80,7 @@ def extra_params(d: int) -> dict[str, Tensor]:
 PARAM_NAMES = tuple(n for n in majority.PARAM_NAMES if n != "n1_gain") + tuple(extra_params(2))
 
 
-def _check(arm: str) -> None:
+def check_arm(arm: str) -> None:
     if arm not in ALL_ARMS:
         raise ValueError(f"unknown arm {arm!r}; choose from {ALL_ARMS}")
 
@@ -108,7 +108,7 @@ def attention_inputs(arm: str, p: dict[str, Tensor], x: Tensor):
     of tokens). Returns (q, k, v, e), each (M, N, d): scores are q · k (the scale is
     folded into q), v the values, e what the residual stream starts from.
     """
-    _check(arm)
+    check_arm(arm)
     d = x.shape[-1]
     M = x.shape[0]
 

@@ -30,7 +30,7 @@ import torch
 
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
 from lncourse.majority.config import PAPER_SEEDS
-from lncourse.majority.train import (_Adam, _BatchOrder, _data, _lr_factor,
+from lncourse.majority.train import (Adam, BatchOrder, training_tensors, lr_factor,
                                      restore_multiset)
 from lncourse.norms import majority as arms_mod
 from lncourse.progress import progress
@@ -62,7 +62,7 @@ class ArmsConfig:
 
     def __post_init__(self):
         for a in self.arms:
-            arms_mod._check(a)
+            arms_mod.check_arm(a)
         for name in ("lrs", "seeds", "arms"):
             items = getattr(self, name)
             if not items or len(set(items)) != len(items):
@@ -134,7 +134,7 @@ def test_data(config: ArmsConfig, device="cpu") -> dict:
     """Chapter 3's train and test sets (data seed ``config.data_seed``); with
     ``eval_size``, a fixed random subset of the test set (seeded by the data seed; the
     first sequences by index would come from the first partitions only)."""
-    data = _data(dataclasses.replace(config, eval_size=None), torch.device(device))
+    data = training_tensors(dataclasses.replace(config, eval_size=None), torch.device(device))
     if config.eval_size:
         gen = torch.Generator().manual_seed(config.data_seed)
         keep = torch.randperm(len(data["test_labels"]), generator=gen)[:config.eval_size]
@@ -162,13 +162,13 @@ def train(config: ArmsConfig, *, device="cpu", checkpoint_path=None, show_progre
     device = torch.device(device)
     data = test_data(config, device)
     arms = tuple(a for a, _, _ in config.models)
-    orders = [_BatchOrder(s, len(data["train_labels"]), config.batch_size) for s in config.seeds]
+    orders = [BatchOrder(s, len(data["train_labels"]), config.batch_size) for s in config.seeds]
     init = [arms_mod.initial_params(s, config.d_model, config.n_classes)
             for _, s, _ in config.models]
     params = {k: torch.stack([p[k] for p in init]).to(device).requires_grad_()
               for k in arms_mod.PARAM_NAMES}
     lrs = torch.tensor([lr for _, _, lr in config.models], device=device)
-    opt = _Adam(params, lrs)
+    opt = Adam(params, lrs)
     history = {"config": dataclasses.asdict(config), "arm": list(arms),
                "seed": [s for _, s, _ in config.models], "lr": [lr for *_, lr in config.models],
                "step": [], "train_loss": [], "test_acc": [], "diverged_at": [None] * len(arms)}
@@ -217,7 +217,7 @@ def train(config: ArmsConfig, *, device="cpu", checkpoint_path=None, show_progre
         grads = [torch.zeros_like(p) if g is None else
                  torch.where(bad.view(-1, *[1] * (g.dim() - 1)), 0.0, g)
                  for g, p in zip(grads, params.values())]
-        opt.step(dict(zip(params, grads)), _lr_factor(step, config, orders[0].steps_per_epoch))
+        opt.step(dict(zip(params, grads)), lr_factor(step, config, orders[0].steps_per_epoch))
         loss_sum += torch.where(bad, 0.0, loss.detach())
         done = step + 1
         if done % config.eval_every == 0 or done == config.steps:

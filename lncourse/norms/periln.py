@@ -37,7 +37,7 @@ import torch
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
 from lncourse.norms import logits as L
 from lncourse.norms.heads import mean_interval
-from lncourse.norms.logits_summary import _loss_or_inf, sensitivity
+from lncourse.norms.logits_summary import loss_or_inf, sensitivity
 from lncourse.progress import progress
 from lncourse.rng import seeded
 from lncourse.summary import paired_interval
@@ -109,8 +109,9 @@ def run(cfg: L.LogitsConfig, show_progress: bool = True, checkpoint: Path | None
     :func:`lncourse.norms.logits.run` trains its variants; returns the payload (with
     ``seconds``) and the rounded weights {"<variant>/<lr index>/<seed>": state_dict}.
     Resumes model by model from ``checkpoint``."""
-    tok, train_ids, test_ids = L._data(cfg)
-    probe, test_x, test_y = (t.to(device) for t in L._windows(cfg, train_ids, test_ids))
+    tok, train_ids, test_ids = L.token_streams(cfg)
+    windows = L.probe_and_test_windows(cfg, train_ids, test_ids)
+    probe, test_x, test_y = (t.to(device) for t in windows)
     state = (load_checkpoint(checkpoint, kind="norms_periln") if checkpoint else None) \
         or {"config": dataclasses.asdict(cfg), "records": {}, "weights": {}, "seconds": 0.0}
     if state["config"] != dataclasses.asdict(cfg):
@@ -222,7 +223,7 @@ def summary(peri: dict, logits_result: dict, pre_streams: list[dict]) -> dict:
         per_lr.append(row)
 
     def sens(runs):
-        losses = np.array([[_loss_or_inf(_cell(runs, i, s)["test_loss"])
+        losses = np.array([[loss_or_inf(_cell(runs, i, s)["test_loss"])
                             for i in range(len(cfg.lrs))] for s in cfg.seeds])
         initial = np.array([_cell(runs, 0, s)["initial_loss"] for s in cfg.seeds])
         return sensitivity(losses, initial)

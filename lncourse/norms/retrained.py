@@ -53,7 +53,7 @@ from lncourse.lm_recipe import (SWEEP_RULE, choose_lr, context_gain, position_lo
                                 reference_losses, with_references)
 from lncourse.norms.heads import mean_interval
 from lncourse.norms.retrained_models import (PRESETS, RECIPE_VARIANTS, HeadsRecipeConfig,
-                                             _data, build, contexts_of, residual_parts)
+                                             plays_data, build, contexts_of, residual_parts)
 from lncourse.norms.trained import head_counts
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.summary import paired_interval
@@ -69,7 +69,7 @@ def _ck(ck_dir: Path, kind: str, variant: str, index: int) -> Path:
 
 
 def _train(cfg, recipe, variant, seed, lr, ck, device, progress):
-    tok, train_ids, test_ids = _data()
+    tok, train_ids, test_ids = plays_data()
     model = build(cfg, tok.vocab_size, variant, seed)
     timing: dict = {}
     history = train_lm(model, train_ids, test_ids, **recipe.kwargs(lr), seed=seed,
@@ -105,7 +105,7 @@ def _round(model: GPT) -> GPT:
 
 def measure(model: GPT, cfg: HeadsRecipeConfig, seed: int) -> dict:
     """Test loss, per-position losses and per-head counts of one model (on the CPU)."""
-    tok, train_ids, test_ids = _data()
+    tok, train_ids, test_ids = plays_data()
     model = model.cpu().eval()
     loss = evaluate_lm(model, test_ids, batches=cfg.eval_batches, batch_size=cfg.batch_size,
                        block_size=cfg.block_size, seed=seed + 1, device="cpu")
@@ -121,7 +121,7 @@ def run(cfg: HeadsRecipeConfig, ck_dir: Path | None, device: str = "cpu",
         progress: bool = True) -> tuple[dict, dict]:
     """Sweep, choose, train (resuming), round, measure: the payload (with ``seconds``)
     and the weights {"<variant>/<seed>": bfloat16 state_dict}."""
-    tok, train_ids, test_ids = _data()
+    tok, train_ids, test_ids = plays_data()
     refs = reference_losses(train_ids, test_ids, tok.vocab_size)
     contexts = contexts_of(cfg, test_ids)
     sweep = {v: [run_sweep(cfg, v, i, ck_dir, device, progress)

@@ -148,7 +148,7 @@ PRESETS = {"paper": HeadsRecipeConfig, "wide": _wide, "wide_cpu": _wide_cpu, "cp
            "dyt_scaled_high_lr_cpu": _dyt_scaled_high_lr_cpu, "tiny": _tiny}
 
 
-def _data():
+def plays_data():
     return char_streams()     # shared: read, never changed
 
 

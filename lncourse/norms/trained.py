@@ -80,7 +80,7 @@ def _tiny() -> HeadsConfig:
 PRESETS = {"paper": _paper, "tiny": _tiny}
 
 
-def _data(cfg: HeadsConfig):
+def token_streams(cfg: HeadsConfig):
     return char_streams(cfg.text_chars)     # shared: read, never changed
 
 
@@ -157,7 +157,7 @@ def run(cfg: HeadsConfig, device: str = "cpu", progress: bool = True,
     initialisation and after training: the payload of the stored file (without its
     provenance), plus ``seconds`` of training. With ``checkpoints``, a folder, each model
     resumes from its own checkpoint there."""
-    tok, train_ids, test_ids = _data(cfg)
+    tok, train_ids, test_ids = token_streams(cfg)
     contexts = _contexts(cfg, test_ids)
     models, wall = {}, 0.0
     for variant in VARIANTS:

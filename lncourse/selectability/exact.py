@@ -90,7 +90,7 @@ class Selectability:
 
 
 # ------------------------------------------------------------------------------ input
-def _as_keys(keys, ndim: int, name: str = "keys") -> np.ndarray:
+def as_keys(keys, ndim: int, name: str = "keys") -> np.ndarray:
     if isinstance(keys, torch.Tensor):
         if not keys.is_floating_point():
             raise TypeError(f"{name} must be floating point, got {keys.dtype}")
@@ -302,7 +302,7 @@ def selectability_batch(keys, *, rtol: float = 1e-12, walk_steps: int = 20) -> S
 
     See the module docstring for the method, the certificates and the tolerance.
     """
-    K = _as_keys(keys, 3)
+    K = as_keys(keys, 3)
     if not (0 < rtol < 1e-2):
         raise ValueError(f"rtol must be in (0, 0.01), got {rtol}")
     S, n, d = K.shape
@@ -334,5 +334,5 @@ def selectability(keys, *, rtol: float = 1e-12, walk_steps: int = 20) -> Selecta
     ``weights`` (n, n). Accepts torch tensors or NumPy arrays of floats; raises on fewer
     than 2 keys, NaN or inf, or a tensor that is not 2-D. Introduced in chapter 2.
     """
-    K = _as_keys(keys, 2)
+    K = as_keys(keys, 2)
     return selectability_batch(K[None], rtol=rtol, walk_steps=walk_steps)[0]

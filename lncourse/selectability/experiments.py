@@ -19,7 +19,7 @@ from scipy.optimize import linprog
 from lncourse.paper import Reported
 from lncourse.modes import scaled
 from lncourse.progress import progress as progress_bar
-from lncourse.selectability.exact import _as_keys, selectability_batch
+from lncourse.selectability.exact import as_keys, selectability_batch
 
 __all__ = [
     "PAPER_FIG1C_PROB_ANY", "PAPER_FIG1C_MEAN_FRACTION", "PAPER_TABLE1", "PAPER_TABLE2",
@@ -160,7 +160,7 @@ def prefix_fractions(vectors, ns) -> np.ndarray:
     vectors: (S, T, d) (tensor or array), ns: increasing sizes <= T -> (S, len(ns)).
     Each prefix is tested against itself only (the whole prefix, no causal mask).
     """
-    V = _as_keys(vectors, 3, "vectors")
+    V = as_keys(vectors, 3, "vectors")
     ns = [int(n) for n in ns]
     if not ns or any(not 2 <= n <= V.shape[1] for n in ns):
         raise ValueError(f"prefix sizes must be in [2, {V.shape[1]}], got {ns}")
@@ -188,7 +188,7 @@ def norm_cv(vectors, whiten: bool = False) -> np.ndarray:
     if whiten:
         norms = np.stack([np.linalg.norm(X, axis=-1) for X in whitened(vectors)])
     else:
-        V = _as_keys(vectors, 3, "vectors")
+        V = as_keys(vectors, 3, "vectors")
         norms = np.linalg.norm(V - V.mean(axis=1, keepdims=True), axis=-1)
     return norms.std(axis=1) / norms.mean(axis=1)
 
@@ -199,7 +199,7 @@ def whitened(vectors) -> list[np.ndarray]:
     vectors: (S, n, d) -> S arrays (n, r), r the set's rank (flat directions dropped).
     An affine map, so it keeps which vectors are hull vertices.
     """
-    V = _as_keys(vectors, 3, "vectors")
+    V = as_keys(vectors, 3, "vectors")
     V = V - V.mean(axis=1, keepdims=True)
     out = []
     for X in V:
@@ -235,7 +235,7 @@ def prefix_unselectable_fraction(keys, positions=None) -> float:
     candidates are keys 0..t (the causal prefix). ``positions``: the query positions to
     use (default: every t >= 1; t = 0 sees a single key, which always wins).
     """
-    K = _as_keys(keys, 3)
+    K = as_keys(keys, 3)
     S, T, d = K.shape
     positions = range(1, T) if positions is None else positions
     unsel = total = 0
@@ -260,7 +260,7 @@ def selectability_lp_baseline(keys) -> np.ndarray:
     keys: (n, d) -> bool (n,). Identical keys are dropped from each other's constraints,
     as in :func:`~lncourse.selectability.exact.selectability`.
     """
-    K = _as_keys(keys, 2)
+    K = as_keys(keys, 2)
     K = K - K.mean(axis=0)
     n, d = K.shape
     s = max(np.abs(K).max(), 1e-300)

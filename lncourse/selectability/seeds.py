@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lncourse.checkpoint import load_checkpoint
-from lncourse.results import (RESULTS_DIR, _git_commit, command_line, run_arguments, run_started,
+from lncourse.results import (RESULTS_DIR, git_commit, command_line, run_arguments, run_started,
                       store_run)
 from lncourse.selectability.lm import VARIANTS, KeysLMConfig, build_model, tokenized
 from lncourse.selectability.seeds_measure import result_of
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> Path | None:
         seconds = state["elapsed"]
     payload = result_of(cfg, state, args.contexts, args.curve_contexts, args.cache)
     # provenance names the commit the training started from; the measurement's own
-    payload["measured_at_commit"] = _git_commit()
+    payload["measured_at_commit"] = git_commit()
     return store_run(out, payload, args.device, seconds, started,
                      None if not args.export_partial else "training on one thread; "
                      + ("the finished checkpoint, exported" if state["step"] == cfg.lm.steps

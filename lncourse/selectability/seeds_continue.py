@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
-from lncourse.results import (RESULTS_DIR, _git_commit, command_line, load_result,
+from lncourse.results import (RESULTS_DIR, git_commit, command_line, load_result,
                               run_arguments, run_started, store_run)
 from lncourse.selectability.lm import VARIANTS, build_model, tokenized
 from lncourse.selectability.seeds import SeedsConfig, checkpoint_state
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> Path:
         payload = export(cfg, state, args.contexts, start_cells)
         payload["start_cells_from"] = (None if start_cells is None else
                                        f"selectability/seeds_{args.preset}.json")
-        payload["measured_at_commit"] = _git_commit()
+        payload["measured_at_commit"] = git_commit()
         return store_run(out, payload, args.device, state["elapsed"], started,
                          "the finished continuation, exported")
     run_started(ckpt, command_line("lncourse.selectability.seeds_continue", argv))

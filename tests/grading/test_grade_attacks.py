@@ -490,7 +490,7 @@ def test_refused_files_get_a_clear_line_in_the_sheet(tmp_path, monkeypatch):
     import csv
     from lncourse.grading import grade as grade_module
     from lncourse.grading.grade import Outcome, main
-    monkeypatch.setattr(grade_module, "_run", lambda jobs, workers, template=True: [
+    monkeypatch.setattr(grade_module, "run_jobs", lambda jobs, workers, template=True: [
         [Outcome(True, "stand-in")] * len(job.programs) for job in jobs])
     folder, expected = _refusals(tmp_path)
     paths = [str(folder / "classmate.ipynb")] + [str(folder / n) for n in expected]
@@ -507,7 +507,7 @@ def test_identical_code_is_flagged(tmp_path, monkeypatch):
     comments), are flagged as identical; a third, with its own code, is not."""
     from lncourse.grading import grade as grade_module
     from lncourse.grading.grade import Outcome, grade
-    monkeypatch.setattr(grade_module, "_run", lambda jobs, workers, template=True: [
+    monkeypatch.setattr(grade_module, "run_jobs", lambda jobs, workers, template=True: [
         [Outcome(True, "stand-in")] * len(job.programs) for job in jobs])
     solution = editions(CH.stem)["solution"]
     nbformat.write(solution, tmp_path / "a.ipynb")

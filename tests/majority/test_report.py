@@ -128,11 +128,11 @@ def check_snapshots(path, subset=None) -> int:
     stored crossing of 80% and 90% a snapshot step whose parameters reach the threshold,
     the evaluation before one whose parameters do not. Returns the number of model
     evaluations."""
-    from lncourse.majority.train import _data, _evaluate, initial_model
+    from lncourse.majority.train import training_tensors, _evaluate, initial_model
 
     run = json.loads(path.read_text())
     config = MajorityConfig.from_dict(run["config"])
-    data = _data(config, torch.device("cpu"))
+    data = training_tensors(config, torch.device("cpu"))
     one = majority.stack_params([initial_model(config.variants[0], config.seeds[0], config)])
     shapes = {k: tuple(v.shape[1:]) for k, v in one.items()}
     acc, steps = np.asarray(run["test_acc"]), run["step"]

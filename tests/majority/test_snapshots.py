@@ -66,7 +66,7 @@ def test_snapshot_parameters_give_the_stored_accuracies(run):
     """Evaluating the stored parameters gives the curve's value at that step: the
     snapshot is of the right model at the right step (not the one before or after)."""
     _, history, _ = run
-    data = T._data(SMALL, torch.device("cpu"))
+    data = T.training_tensors(SMALL, torch.device("cpu"))
     init = majority.stack_params([T.initial_model("layernorm", 11, SMALL)])
     shapes = {k: tuple(v.shape[1:]) for k, v in init.items()}
     acc = np.asarray(history["test_acc"])

@@ -17,7 +17,7 @@ from lncourse.majority import multiset as MS, multiset_fused as FUSED, task as M
 from lncourse.majority.config import MajorityConfig
 from lncourse.majority.stats import history_arrays
 from lncourse.majority.single import train_single
-from lncourse.majority.train import _lr_factor, initial_model, main, train
+from lncourse.majority.train import lr_factor, initial_model, main, train
 
 # A small configuration that exercises every code path in a second or two.
 SMALL = MajorityConfig(n_samples=1500, seq_len=20, n_classes=6, min_margin=2, d_model=4,
@@ -399,7 +399,7 @@ def test_history_helpers():
 def test_command_line_writes_a_result_with_provenance(tmp_path, monkeypatch):
     from lncourse import results
 
-    monkeypatch.setattr(results, "_git_commit", lambda: "c" * 40)   # as from a clean clone
+    monkeypatch.setattr(results, "git_commit", lambda: "c" * 40)   # as from a clean clone
     out, ckpt = tmp_path / "r.json", tmp_path / "r.ckpt"
     main(["--preset", "three_d", "--steps", "3", "--out", str(out), "--checkpoint", str(ckpt),
           "--quiet"])
@@ -453,10 +453,10 @@ def test_figures():
 
 def test_learning_rate_schedule_is_the_released_linear_decay():
     cfg = MajorityConfig()                  # 10,000 epochs of 14 steps in the schedule
-    assert _lr_factor(0, cfg, 14) == 1.0
-    assert math.isclose(_lr_factor(70_000, cfg, 14), 0.5)
-    assert math.isclose(_lr_factor(14_000, cfg, 14), 0.9)   # where the paper stops
-    assert _lr_factor(200_000, cfg, 14) == 0.0
+    assert lr_factor(0, cfg, 14) == 1.0
+    assert math.isclose(lr_factor(70_000, cfg, 14), 0.5)
+    assert math.isclose(lr_factor(14_000, cfg, 14), 0.9)   # where the paper stops
+    assert lr_factor(200_000, cfg, 14) == 0.0
 
 
 def test_scaled_config_keeps_data_and_model_and_shrinks_steps_and_seeds():

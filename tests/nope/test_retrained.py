@@ -77,7 +77,7 @@ def test_stored_run_recomputes_from_its_weights(path, seeds):
     the stored weights (the wide run's first seed in CI, its others in the slow run)."""
     result, weights = _stored(path)
     cfg = M.RetrainConfig.from_dict(result["config"])
-    tok, train_ids, test_ids = M._data()
+    tok, train_ids, test_ids = M.plays_data()
     for variant, index in [(v, i) for v in M.VARIANTS for i in seeds]:
         run = result["models"][variant][index]
         model = M.load_models(result, weights, variant, run["seed"])

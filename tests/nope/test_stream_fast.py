@@ -99,7 +99,7 @@ def test_paper_inputs_are_fresh_and_every_position_is_labelled():
     h = fast.FrozenNoPE(model, torch.float32).features(xs[0])
     cls = nope_stream.Probes(4, 64, 8, 32, 0, 0)
     reg = nope_stream.Probes(4, 64, 8, 1, 0, 1)
-    ce, l1 = nope_stream._losses(cls, reg, h, torch.arange(32).repeat(4), 32)
+    ce, l1 = nope_stream.probe_losses(cls, reg, h, torch.arange(32).repeat(4), 32)
     got = fast.train_fast(cfg, 0, True)["first_losses"][0]
     assert np.allclose(got, [ce.tolist(), l1.tolist()], rtol=1e-5)
 
@@ -229,8 +229,8 @@ def test_tf32_is_on_in_training_only(monkeypatch):
 
     flag = types.SimpleNamespace(allow_tf32=False)
     monkeypatch.setattr(fast.torch.backends.cuda, "matmul", flag)
-    seen, losses, predict = [], fast._losses, fast.predict
-    monkeypatch.setattr(fast, "_losses", lambda *a: seen.append(("train", flag.allow_tf32))
+    seen, losses, predict = [], fast.probe_losses, fast.predict
+    monkeypatch.setattr(fast, "probe_losses", lambda *a: seen.append(("train", flag.allow_tf32))
                         or losses(*a))
     monkeypatch.setattr(fast, "predict", lambda *a: seen.append(("eval", flag.allow_tf32))
                         or predict(*a))

@@ -53,7 +53,7 @@ def _recompute_group(stored: dict, weights, group: int) -> dict:
     after training (from the stored weights)."""
     cfg_dict = {k: v for k, v in stored["config"].items() if k not in ("groups", "vocab_size")}
     cfg = trained.NoPELMConfig(**cfg_dict)
-    _, _, test_ids = trained._data()
+    _, _, test_ids = trained.plays_data()
     model = trained.build(cfg, stored["config"]["vocab_size"])
     out = {"before": trained.profiles(model, test_ids, cfg, stored["config"]["groups"],
                                       only_group=group)}

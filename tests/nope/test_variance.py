@@ -372,7 +372,7 @@ def test_stored_probe_run_replays(path):
         first = stored["results"][kind][0]
         seed = first["seed"]
         order = torch.randperm(cfg.train_seqs, generator=torch.Generator().manual_seed(
-            nope_probe._stream_seed(seed, 3)))
+            nope_probe.stream_seed(seed, 3)))
         used = order[:steps * cfg.seqs_per_step].tolist()
         assert steps * cfg.seqs_per_step <= cfg.train_seqs        # one epoch, no reshuffle
         # built whole: a model of fewer layers draws other weights for its first block

@@ -114,12 +114,12 @@ def test_config_rejects_bad_grids_and_scales_to_at_least_two_seeds():
 def test_training_needs_no_gradients_switched_on_by_the_caller():
     """A notebook may have turned gradients off (chapter 5 does, for its measurements)."""
     cfg = LG.PRESETS["tiny"]()
-    _, train_ids, test_ids = LG._data(cfg)
-    probe, _, _ = LG._windows(cfg, train_ids, test_ids)
+    _, train_ids, test_ids = LG.token_streams(cfg)
+    probe, _, _ = LG.probe_and_test_windows(cfg, train_ids, test_ids)
     hists = []
     for grad in (True, False):
         with torch.set_grad_enabled(grad):
-            model = LG.build(cfg, LG._data(cfg)[0].vocab_size, "QK-norm", 0)
+            model = LG.build(cfg, LG.token_streams(cfg)[0].vocab_size, "QK-norm", 0)
             hists.append(LG.train_one(cfg, model, 0.1, 0, train_ids, probe))
     assert hists[0] == hists[1]
 
@@ -208,8 +208,8 @@ def replay_first_record(result: dict, variant: str, build) -> tuple[dict, dict]:
     vocab_size, seed)``), trained again to its first record; (replayed, stored) histories."""
     cfg = LG.LogitsConfig.from_dict(result["config"])
     i, seed = 0, cfg.seeds[0]
-    tok, train_ids, test_ids = LG._data(cfg)
-    probe, _, _ = LG._windows(cfg, train_ids, test_ids)
+    tok, train_ids, test_ids = LG.token_streams(cfg)
+    probe, _, _ = LG.probe_and_test_windows(cfg, train_ids, test_ids)
     model = build(cfg, tok.vocab_size, seed)
     hist = LG.train_one(cfg, model, cfg.lrs[i], seed, train_ids, probe, until=cfg.eval_every)
     want = next(r for r in result["models"][variant]

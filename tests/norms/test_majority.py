@@ -262,7 +262,7 @@ def test_command_line_stores_a_run_and_exports_a_partial_one(tmp_path, monkeypat
     from lncourse import results
     from lncourse.norms import majority_run
 
-    monkeypatch.setattr(results, "_git_commit", lambda: "c" * 40)   # as from a clean clone
+    monkeypatch.setattr(results, "git_commit", lambda: "c" * 40)   # as from a clean clone
     monkeypatch.setattr(majority_run, "RESULTS_DIR", tmp_path)
     out = tmp_path / "tiny.json"
     majority_run.main(["--preset", "tiny", "--out", str(out), "--quiet", "--max-seconds", "0"])

@@ -186,7 +186,7 @@ def test_context_use_recomputes_and_judges():
     heads = json.loads((RESULTS_DIR / "norms" / "trained_heads.json").read_text())
     hcfg = trained.HeadsConfig(**{k: tuple(v) if isinstance(v, list) else v
                                   for k, v in heads["config"].items() if k != "vocab_size"})
-    tok, train_ids, test_ids = trained._data(hcfg)
+    tok, train_ids, test_ids = trained.token_streams(hcfg)
     row = result["trained_heads"]["DyT"][0]
     again = C.measure_model(trained.load_model(heads, "DyT", row["seed"]), train_ids,
                             test_ids, hcfg.block_size, tok.vocab_size, row["seed"],

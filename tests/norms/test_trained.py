@@ -152,7 +152,7 @@ def _check(stored: dict, variant: str, seed: int) -> None:
     # eval_batches x batch_size x block_size tokens; its rounding error is a few dozen
     # ulps of float32 (6e-8 each) at most, so 1e-6 relative, far below the 2 decimals
     # chapter 5 prints
-    _, _, test_ids = trained._data(cfg)
+    _, _, test_ids = trained.token_streams(cfg)
     loss = evaluate_lm(model, test_ids, batches=cfg.eval_batches, batch_size=cfg.batch_size,
                        block_size=cfg.block_size, seed=seed + 1, device="cpu")
     assert loss == pytest.approx(run["history"]["test_loss"][-1], rel=1e-6), (variant, seed)
