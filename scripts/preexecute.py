@@ -1,8 +1,8 @@
 """Execute the book's notebook pages into the build's execution cache, several at once.
 
 Left to itself, jupyter-book executes each notebook page while Sphinx reads it, one
-page after another on one core: at 9ff901b that was most of the build's 429 s, and the
-build was the test command's critical path (issue 32's budget). This script runs first.
+page after another on one core, and the build is the longest chain of the test
+command. This script runs first.
 For every notebook page of the table of contents it
 
 - reads the page as myst-nb will (``myst_nb.core.read.create_nb_reader``, with the
@@ -40,9 +40,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import os
 import re
 import resource
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -104,23 +107,33 @@ def _children_cpu() -> float:
 def _execute(paths: list[str], root: str, cache: str) -> list[dict]:
     """A worker: execute ``paths`` in order; stop at the first that fails."""
     from jupyter_cache.executors.utils import single_nb_execution
+    from traitlets.config import Config
 
     md, nb_config = configs(Path(root), Path(cache))
+    # Kernels talk to this process over local sockets (IPC) in a folder of its own, not
+    # over TCP: nothing listens on a port, and ipykernel has no plain-text TCP to warn
+    # a reader of on every page. (The sockets are named after the connection file, by
+    # an absolute path: the kernel runs in the page's folder.)
+    sockets = tempfile.mkdtemp(prefix="lncourse-kernels-")
     out = []
     for p in paths:
         path = Path(p)
         notebook, reader = read_page(path, md, nb_config)
         cpu = _children_cpu()
+        over_ipc = Config({"KernelManager": {
+            "transport": "ipc",
+            "connection_file": os.path.join(sockets, f"kernel-{len(out)}.json")}})
         result = single_nb_execution(notebook, cwd=str(path.parent),
                                      allow_errors=nb_config.execution_allow_errors,
                                      timeout=nb_config.execution_timeout,
-                                     meta_override=True)
+                                     meta_override=True, config=over_ipc)
         out.append({"path": p, "notebook": notebook, "seconds": result.time,
                     "cpu": _children_cpu() - cpu,
                     "read_fmt": reader.read_fmt,
                     "error": result.exc_string if result.err is not None else None})
         if result.err is not None:
             break
+    shutil.rmtree(sockets, ignore_errors=True)
     return out
 
 
