@@ -6,11 +6,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Notebook pages executed at once (scripts/preexecute.py), and torch's threads in each:
 # from the cores other work leaves free when the build starts (the load average, read
-# before the set-up adds its own), at most 4 pages at once. Beside two CPU-bound
-# processes on 2 cores, 40 steps of chapter 3's training took 24 s on two threads and
-# 8.2 s on one; on an idle machine, 3.5 s and 4.4 s (2026-11-24): two pages on one
-# thread each beat one page on two. LNCOURSE_BUILD_JOBS and OMP_NUM_THREADS, if set,
-# decide.
+# before the set-up adds its own), at most 4 pages at once, one torch thread each
+# unless cores are left over: beside other CPU-bound work, a torch thread more than the
+# free cores makes a page slower, not faster. LNCOURSE_BUILD_JOBS and OMP_NUM_THREADS,
+# if set, decide.
 cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)   # (nproc obeys both)
 busy=$(awk '{ printf "%d", $1 + 0.5 }' /proc/loadavg)
 free=$(( cores - busy )); [ "$free" -ge 1 ] || free=1
@@ -29,7 +28,7 @@ bash scripts/setup_env.sh
 PY=.venv/bin/python
 export LNCOURSE_DEVICE=${LNCOURSE_DEVICE:-cpu}   # the site is built in fast mode on the CPU
 # A static page cannot run a widget, so chapters draw the static figure instead. This
-# also removes the cause of the stall of issue 11: amid ipywidgets' comm messages,
+# also removes the cause of a stall: amid ipywidgets' comm messages,
 # nbclient would now and then miss a cell's reply and wait for its whole cell timeout
 # while the kernel sat idle (3 of 29 repeated runs of a widget notebook; 0 of 25 without).
 export LNCOURSE_NO_WIDGETS=1
@@ -42,10 +41,13 @@ export LNCOURSE_SITE_FIGURES=1
 export LNCOURSE_SHARED_RUNS=$PWD/_build/shared-runs
 rm -rf "$LNCOURSE_SHARED_RUNS"
 
-# MathJax, served from the site itself (no CDN), fetched once.
-bash scripts/fetch_mathjax.sh
+mkdir -p _build
+# MathJax, served from the site itself (no CDN), fetched once: from the npm registry
+# while the pages execute (only Sphinx needs it).
+bash scripts/fetch_mathjax.sh > _build/mathjax.log 2>&1 &
+mathjax=$!
 
-# A busy machine makes the build slower, never failed (issue 19). There is no short cell
+# A busy machine makes the build slower, never failed. There is no short cell
 # timeout (_config.yml: 3600 s, a backstop only): the watchdog scripts/build_watch.py tells
 # a stalled kernel (no CPU used for STALL_AFTER s with a cell pending, or a reply the
 # client never took) from a slow one (using CPU), stops only a stalled one, and names its
@@ -81,12 +83,22 @@ status=0
 $PY scripts/preexecute.py --cache _build/.jupyter_cache --jobs "$jobs" || status=$?
 stalled
 [ "$status" -eq 0 ] || exit "$status"
-echo "[site] building the book (notebooks from _build/.jupyter_cache)"
+if ! wait "$mathjax"; then
+  echo "[site] FAILED to fetch MathJax (_build/mathjax.log):" >&2
+  cat _build/mathjax.log >&2
+  exit 1
+fi
+echo "[site] rendering the pages with Sphinx (log: _build/book-build.log)"
 status=0
-.venv/bin/jupyter-book build . --builder html -n -W --keep-going 2>&1 \
-  | tee _build/book-build.log || status=$?
+.venv/bin/jupyter-book build . --builder html -n -W --keep-going \
+  > _build/book-build.log 2>&1 || status=$?
 stalled
-[ "$status" -eq 0 ] || exit "$status"
+if [ "$status" -ne 0 ]; then
+  echo "[site] FAILED: Sphinx's warnings and errors (warnings are errors here):" >&2
+  grep -E "WARNING|ERROR|Error|Traceback" _build/book-build.log | head -n 40 >&2 \
+    || tail -n 40 _build/book-build.log >&2
+  exit "$status"
+fi
 # Every page was in the cache, so the build executed none itself: one it did means
 # preexecute.py's cache key no longer matches myst-nb's (a changed myst-nb or
 # jupyter-cache), and every page would run twice.
@@ -113,7 +125,7 @@ rm -rf _build/html/notebooks
 cp -r _build/notebooks _build/html/notebooks
 # What the notebooks' first cell installs in Colab, published with the site: lncourse's
 # code as a wheel of this commit, and the stored results apart, one archive per folder
-# of results/, downloaded by lncourse when a chapter first loads one (issue 33).
+# of results/, downloaded by lncourse when a chapter first loads one.
 $PY scripts/publish.py --out _build/html
 
 # For offline readers (linked from the front page): the notebooks in one zip, and the

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # MathJax is served from the site itself (no CDN): fetch it once from the npm registry
 # into book/_static/mathjax (atomically: a folder appears complete or not at all).
-# scripts/build_site.sh calls it; scripts/test.sh starts it beside the set-up, so its
-# download (about 8 s) is off the build's path.
+# scripts/build_site.sh calls it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 MATHJAX_VERSION=3.2.2

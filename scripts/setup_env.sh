@@ -17,8 +17,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-# uv installs the ~170 pinned wheels in about 10 s where pip takes about 60 s (measured on
-# this 2-core machine, 2026-11-24); it is pinned, installed by pip into the environment, and
+# uv installs the ~170 pinned wheels several times faster than pip; it is pinned,
+# installed by pip into the environment, and
 # any failure of it falls back to pip. uv does not read pip.conf, so the local CPU torch is
 # named by its file when it is there.
 UV_VERSION=0.13.9
