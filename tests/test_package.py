@@ -204,7 +204,7 @@ MARKED_FOR_THE_BOOK_TASKS = re.compile(r"mark\.(notebooks|site)\b")
 
 
 def test_notebook_and_site_tests_live_in_tests_book():
-    """scripts/test.sh's tasks of notebooks and of the site collect tests/book only (4 s
+    """scripts/test.mk's tasks of notebooks and of the site collect tests/book only (4 s
     against 10 s for the whole suite, in three tasks): a test marked `notebooks` or `site`
     elsewhere would run in no task."""
     tests = Path(__file__).resolve().parent
