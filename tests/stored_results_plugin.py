@@ -211,3 +211,18 @@ def marked(value, reaches, ids=None):
     follow) can reach a stored result."""
     marks = [pytest.mark.replay] if _REACH.function(reaches) else []
     return pytest.param(value, marks=marks, id=ids)
+
+
+def representative(paths, fast, why: str):
+    """``paths`` (stored runs) as test parameters: those whose name is in ``fast`` run in
+    the test command and the perturbed pass, the others only in the slow suite. For a
+    replay that takes the same code path for every stored run, where a representative
+    part guards the code and the tolerances and the slow suite checks every run; ``why``
+    says which part is kept and what the rest costs (it is the test's record of the
+    choice). A name in ``fast`` that is not a stored run is an error, so a renamed run
+    cannot leave the fast suite with nothing."""
+    assert why.strip(), "say why the rest of the runs are slow"
+    unknown = set(fast) - {p.stem for p in paths}
+    assert not unknown, f"not stored runs: {sorted(unknown)}"
+    return [pytest.param(p, id=p.stem, marks=() if p.stem in fast else [pytest.mark.slow])
+            for p in paths]
