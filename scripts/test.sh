@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # Run the tests: the unit tests, the exercises' checks, the grader, the website build
-# (which executes every chapter), the student notebooks, nbval, the reader's
-# environments and a headless-browser check of every page. The tasks and what each
-# needs are in scripts/test.mk; make runs four at a time, so both cores stay busy.
-# Each task prints one line when it ends; its full output is in _build/tasks/<task>.log.
-#
-# CI (.ci/run) runs this, then the perturbed pass (scripts/perturbed.sh): every test
-# that reads a stored result again under other numerics, which stands in for the CPUs
-# CI never runs on (TESTING.md).
+# (which executes every chapter), the student notebooks, nbval and a headless-browser
+# check of every page. The tasks and what each needs are in scripts/test.mk; make runs
+# four at a time, so both cores stay busy. Each task prints one line when it ends; its
+# full output is in _build/tasks/<task>.log.
+#   bash scripts/test.sh       the README's test command (make's target `all`)
+#   bash scripts/test.sh ci    what CI adds after it (.ci/run): the stored runs
+#                              recomputed, natively and under other numerics, and the
+#                              reader's environments (TESTING.md, "The test command")
 set -euo pipefail
+stage=${1:-all}
+case "$stage" in all|ci) ;; *) echo "usage: bash scripts/test.sh [ci]" >&2; exit 2 ;; esac
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$(date +%s)
-mkdir -p _build
-rm -rf _build/tasks _build/margins/native
 mkdir -p _build/tasks
+if [ "$stage" = all ]; then
+  rm -rf _build/tasks/* _build/margins
+else
+  for name in $(make -f scripts/test.mk -s tasks-ci); do rm -f "_build/tasks/$name".*; done
+  rm -rf _build/margins/perturbed
+fi
 
 # The pinned environment (.venv; Debian's bubblewrap and Chromium are a task of their
 # own). Its processes write the bytecode of what they import later, once, even where
@@ -32,10 +38,12 @@ export LNCOURSE_BUILD_JOBS=${LNCOURSE_BUILD_JOBS:-2}
 # The PDF is the site command's (scripts/build_pdf.sh); the slow suite checks it.
 export LNCOURSE_PDF_LATER=1
 
-echo "[test] running the tasks of scripts/test.mk, four at a time"
-make -f scripts/test.mk -j4 -k -s PY=.venv/bin/python all 2> _build/tasks/make.log || true
+tasks=$(make -f scripts/test.mk -s "tasks-$stage")
+echo "[test] running $tasks (scripts/test.mk), four at a time"
+make -f scripts/test.mk -j4 -k -s PY=.venv/bin/python "$stage" \
+  2> "_build/tasks/make-$stage.log" || true
 failed=()
-for name in $(make -f scripts/test.mk -s tasks); do
+for name in $tasks; do
   if [ ! -e "_build/tasks/$name.rc" ]; then
     failed+=("$name (not run: a task it needs failed)")
   elif [ "$(cat "_build/tasks/$name.rc")" -ne 0 ]; then
@@ -44,6 +52,12 @@ for name in $(make -f scripts/test.mk -s tasks); do
     tail -n 40 "_build/tasks/$name.log"
   fi
 done
+# CI's stage: every comparison with a stored number, natively and perturbed, at least
+# ten times inside its tolerance, or with its reason (TESTING.md, "Margins")
+if [ "$stage" = ci ] && ! .venv/bin/python scripts/margins.py --check \
+    _build/margins/native _build/margins/perturbed; then
+  failed+=("margins")
+fi
 echo "[test] done in $(( $(date +%s) - start )) s"
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "[test] FAILED: ${failed[*]}"

@@ -172,6 +172,7 @@ def check_snapshots(path, subset=None) -> int:
     return len(recomputed)
 
 
+@pytest.mark.recompute      # the accuracies, from the stored parameters
 @pytest.mark.skipif(not SNAPSHOT_RUNS, reason="no stored run with parameter snapshots yet")
 @pytest.mark.parametrize("path", representative(SNAPSHOT_RUNS, {"paper_snapshots"}, why=(
     "the paper's run is kept; the two data-seed runs take the same path and are 4 s of "
