@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     book = read_book(executed=args.executed)
     if args.no_solutions:
         shutil.rmtree(Path(args.out) / "solution", ignore_errors=True)
+    written = []
     for source in sources:
         strict = args.executed is not None
         editions = build_editions(source, book, strict=strict)
@@ -242,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             path = Path(args.out) / edition / f"{source.stem}.ipynb"
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, path)
-            print(f"wrote {path}")
+            written.append(path)
+    folders = sorted({str(p.parent) for p in written})
+    print(f"wrote {len(written)} notebooks to {', '.join(folders)}")
     return 0
 
 

@@ -110,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give notebooks or --cache")
     found = []
     for name, seconds in sorted((cached_seconds(args.cache) if args.cache else {}).items()):
-        print(f"{name}: executed by the site build in {seconds:.1f} s")
         if args.max_notebook and seconds > args.max_notebook:
             found.append(f"{name}: the site build took {seconds:.0f} s, over {args.max_notebook:.0f} s")
         elif args.warn_notebook and seconds > args.warn_notebook:
