@@ -1,9 +1,9 @@
 """Tell a stalled notebook execution from a slow one, and stop only the stalled one.
 
-A fixed per-cell timeout cannot tell the two apart: on a busy machine (issue 19) a
-training cell that takes 250 s on a quiet one took over 300 s, nbclient's cell timeout
-fired, and the build failed although nothing was wrong. (The ``ZMQError: Socket operation
-on non-socket`` that ipykernel 7 logged then is a *consequence* of that timeout: nbclient
+A fixed per-cell timeout cannot tell the two apart: on a busy machine a training cell
+that takes 250 s on a quiet one can take over 300 s, nbclient's cell timeout
+fires, and the build fails although nothing is wrong. (The ``ZMQError: Socket operation
+on non-socket`` that ipykernel 7 logs then is a *consequence* of that timeout: nbclient
 asks the kernel to shut down, ipykernel closes its shell-channel sockets while the cell is
 still running, and the cell's reply, sent when it ends, meets a closed socket. A cell that
 outlives nbclient's timeout by a few seconds reproduces it on a quiet machine; see
@@ -19,7 +19,7 @@ So the site build runs without a short cell timeout, and this watchdog beside it
   state R, kept off the CPU by processes of higher priority), is slow, never stalled, however
   long it takes. A kernel that has used no CPU for ``--stall-after`` seconds while a cell
   runs (a deadlock: a lock, a pipe no one writes), or that finished a cell that long ago
-  and is still idle (the client missed the reply, issue 11), is stalled: the watchdog
+  and is still idle (the client missed the reply), is stalled: the watchdog
   names the notebook and the cell, writes that to ``<dir>/STALLED``, and kills the
   kernel, so the build fails at once with that message instead of waiting.
 

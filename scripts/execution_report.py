@@ -7,8 +7,8 @@ and when the kernel sent its reply (``shell.execute_reply``). Two numbers follow
 - the *wait before a cell*: its start minus the previous cell's reply. The client sends
   the next cell as soon as it has the previous reply, so this is normally a few
   milliseconds. A large wait means the client did not see a reply the kernel had sent:
-  the stall of issue 11, where nbclient missed a reply amid ipywidgets' comm traffic and
-  sat until its cell timeout while the kernel was idle.
+  the stall nbclient showed amid ipywidgets' comm traffic, missing a reply and sitting
+  until its cell timeout while the kernel was idle.
 
 ``python scripts/execution_report.py [--cache DIR] [NOTEBOOK.ipynb ...]`` prints the
 slowest cells of each notebook and exits 1, naming the notebook and the cell, if any

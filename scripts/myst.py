@@ -285,7 +285,7 @@ def _figure_names(nb) -> list[str]:
 def _latex(text: str) -> str:
     """LaTeX to plain text, as pybtex's "text" backend renders it. The backend is named
     directly: ``render_as("text")`` looks it up among every installed package's entry
-    points on each call (80% of the editions' time, issue 32's budget)."""
+    points on each call (most of the editions' time)."""
     from pybtex.backends.plaintext import Backend
     from pybtex.richtext import Text
 

@@ -1,5 +1,5 @@
 """What the site publishes for a Colab reader's first cell: a code-only wheel of lncourse
-and the stored results, one archive per folder of ``results/``, apart (issue 33).
+and the stored results, one archive per folder of ``results/``, apart.
 
 A build tool, not part of ``lncourse``: ``python scripts/publish.py --out _build/html``
 (``scripts/build_site.sh`` runs it). Both go under ``<out>/lncourse/<commit>/`` (the
@@ -35,7 +35,7 @@ from myst import ROOT, commit, repository
 PUBLISHED_JSON = "_published.json"      # inside the wheel: lncourse/_published.json
 # what never leaves the checkout: resumable runs' checkpoints, and Python's leftovers
 SKIP = {"checkpoints", "__pycache__"}
-# What the chapters read of results/ (what the wheel carried before issue 33): every
+# What the chapters read of results/: every
 # stored result (JSON) and the one set of weights a chapter loads, chapter 5's QK-norm
 # gains. The runs' held-out predictions (.npz) and other weights are for the tests that
 # recompute the files, not for readers (chapter 4's 34 MB of predictions among them).

@@ -6,15 +6,14 @@
 each of those modules is compiled once, here, and not again in every process that
 imports it: this machine and CI set ``PYTHONDONTWRITEBYTECODE=1``, and the grader's
 learners see the environment read-only, so without the ``.pyc`` files every kernel and
-learner compiled torch's modules on import (the grader's tests took 109 s in a fresh
-clone against 57 s with them, 2026-11-24).
+learner would compile torch's modules on import, which roughly doubles the grader's
+tests.
 
-Until 82864ac the set-up compiled the whole environment (uv's ``--compile-bytecode``):
-16,000 files, 82 core-seconds and 41 s of the test command's critical path, where
-the modules these imports reach are about 2,300 files and 6 core-seconds (measured on a
-fresh environment, 2026-11-29). A module that nothing imports here and something
-imports later is compiled by the first process that imports it (``scripts/test.sh`` and
-``scripts/build_site.sh`` let their processes write bytecode).
+Only what these imports reach is compiled (about 2,300 files), not the whole
+environment (about 16,000, with uv's ``--compile-bytecode``): the rest is never
+imported. A module that nothing imports here and something imports later is compiled
+by the first process that imports it (``scripts/test.sh`` and ``scripts/build_site.sh``
+let their processes write bytecode).
 
     python scripts/warm_imports.py      # prints how many modules it imported
 """
