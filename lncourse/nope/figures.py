@@ -13,6 +13,20 @@ __all__ = ["variance_loglog", "cumulative_attention", "sigma_sweep", "probe_erro
            "lemma4_signal", "trained_layers", "stream_probe"]
 
 
+def _measured_style(under_corrected: bool) -> dict:
+    """A measured curve's line: broad and light where the corrected prediction runs on
+    it (so that one shows on top), else an ordinary solid line."""
+    return {"lw": 3.5, "alpha": 0.45} if under_corrected else {"lw": 1.5}
+
+
+def _corrected_line(ax: Axes, m: np.ndarray, corrected, label: str) -> None:
+    """The corrected prediction: a thin dotted vermillion line with circles at about a
+    dozen log-spaced positions, drawn above the measured curve it follows closely."""
+    marks = np.unique(np.geomspace(1, len(m), 12).round().astype(int)) - 1
+    ax.plot(m, np.asarray(corrected, dtype=float), color=COLORS["paper"], ls=":", lw=1.2,
+            marker="o", ms=4, markevery=marks.tolist(), zorder=4, label=label)
+
+
 def variance_loglog(measured, theory, corrected=None, labels: dict | None = None,
                     ax: Axes | None = None) -> Figure:
     """Variance of the attention output against position m, log-log (the paper's Figure 4).
@@ -24,14 +38,15 @@ def variance_loglog(measured, theory, corrected=None, labels: dict | None = None
     colors = [COLORS["ours"], COLORS["no_projection"], COLORS["no_scaling"], COLORS["none"]]
     for (label, v), c in zip(curves.items(), colors):
         v = np.asarray(v, dtype=float)
-        ax.plot(np.arange(1, len(v) + 1), v, color=c, label=label, lw=1.5)
+        ax.plot(np.arange(1, len(v) + 1), v, color=c, label=label,
+                **_measured_style(corrected is not None))
     t = np.asarray(theory, dtype=float)
     m = np.arange(1, len(t) + 1)
     ax.plot(m, t, color=COLORS["theory"], ls="--", lw=1.2,
             label=(labels or {}).get("theory", "Lemma 3: d²σ⁴/m"))
     if corrected is not None:
-        ax.plot(m, np.asarray(corrected, dtype=float), color=COLORS["paper"], ls=":", lw=1.5,
-                label=(labels or {}).get("corrected", "with the softmax correction"))
+        _corrected_line(ax, m, corrected,
+                        (labels or {}).get("corrected", "with the softmax correction"))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("position m")
@@ -76,11 +91,11 @@ def sigma_sweep(results: dict, ax: Axes | None = None) -> Figure:
     for a, (sigma, curves) in zip(axes, results.items()):
         v, t = np.asarray(curves[0], dtype=float), np.asarray(curves[1], dtype=float)
         m = np.arange(1, len(v) + 1)
-        a.plot(m, v, color=COLORS["ours"], lw=1.5, label="measured")
+        a.plot(m, v, color=COLORS["ours"], label="measured",
+               **_measured_style(len(curves) > 2))
         a.plot(m, t, color=COLORS["theory"], ls="--", lw=1.2, label="d²σ⁴/m")
         if len(curves) > 2:
-            a.plot(m, np.asarray(curves[2], dtype=float), color=COLORS["paper"], ls=":",
-                   lw=1.5, label="corrected")
+            _corrected_line(a, m, curves[2], "corrected")
         a.set_xscale("log")
         a.set_yscale("log")
         a.set_title(f"σ = {sigma:g}")
