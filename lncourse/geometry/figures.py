@@ -29,6 +29,7 @@ def _draw_circle(ax, radius: float, center=(0.0, 0.0, 0.0), gamma=(1.0, 1.0, 1.0
 
 PIPELINE_GAMMA = (1.6, 0.7, 1.1)    # the gamma and beta that Figure 1.1 draws, the ones
 PIPELINE_BETA = (0.5, -0.3, 0.8)    # chapter 1's ellipse section measures
+PIPELINE_ZOOM = 0.8                  # the cubes of Figures 1.1 and 1.2, smaller than their axes
 
 
 def _segments(ax, starts, ends, color, every: int = 1) -> None:
@@ -68,7 +69,11 @@ def ln_pipeline_3d(points, projected, scaled, gamma=PIPELINE_GAMMA, beta=PIPELIN
     a.scatter(*points.T, s=5, color=COLORS["input"], depthshade=False)
     a.scatter(*projected.T, s=5, color=COLORS["projected"], depthshade=False)
     draw_ones(a, lim * 0.8)
-    frame_3d(a, lim, *side_view, "1. centre: move along 1")
+    # side by side, the first panel's z ticks (on its right) and the second's z label (on
+    # its left) met: "x3" sat on "0.0". The first panel's z axis goes to its left edge, and
+    # every cube is drawn smaller (ZOOM) so each z label has room beside its own ticks.
+    frame_3d(a, lim, *side_view, "1. centre: move along 1", zoom=PIPELINE_ZOOM,
+             z_side="lower")
 
     a = axes[1]
     draw_plane(a, lim)
@@ -77,7 +82,7 @@ def ln_pipeline_3d(points, projected, scaled, gamma=PIPELINE_GAMMA, beta=PIPELIN
     a.scatter(*projected.T, s=5, color=COLORS["projected"], depthshade=False)
     a.scatter(*scaled.T, s=6, color=COLORS["scaled"], depthshade=False)
     draw_ones(a, lim * 0.8)
-    frame_3d(a, lim, elev, azim, "2. scale: to radius √3")
+    frame_3d(a, lim, elev, azim, "2. scale: to radius √3", zoom=PIPELINE_ZOOM)
 
     a = axes[2]
     draw_plane(a, lim)
@@ -86,7 +91,7 @@ def ln_pipeline_3d(points, projected, scaled, gamma=PIPELINE_GAMMA, beta=PIPELIN
     a.scatter(*affine.T, s=6, color=COLORS["affine"], depthshade=False)
     a.scatter(*beta, s=50, color=COLORS["ink"], marker="x", depthshade=False)
     draw_ones(a, lim * 0.8)
-    frame_3d(a, lim, elev, azim, "3. γ ⊙ y + β: an ellipse")
+    frame_3d(a, lim, elev, azim, "3. γ ⊙ y + β: an ellipse", zoom=PIPELINE_ZOOM)
     return fig
 
 

@@ -52,14 +52,22 @@ def draw_ones(ax, length: float, line: bool = False, label: str | None = None) -
 
 
 def frame_3d(ax, lim: float, elev: float, azim: float, title: str = "",
-             labels: tuple[str, str, str] = ("x1", "x2", "x3")) -> None:
-    """A cube [-lim, lim]^3 with equal aspect, seen from (elev, azim) degrees."""
+             labels: tuple[str, str, str] = ("x1", "x2", "x3"), zoom: float = 1.0,
+             z_side: str = "default") -> None:
+    """A cube [-lim, lim]^3 with equal aspect, seen from (elev, azim) degrees.
+
+    ``zoom`` (< 1) shrinks the cube inside its axes, leaving room around it for the
+    labels; ``z_side`` ("default", "lower" or "upper") is the edge that carries the z
+    ticks and label (matplotlib's ``set_ticks_position`` and ``set_label_position``).
+    """
     ax.set_xlim(-lim, lim)
     ax.set_ylim(-lim, lim)
     ax.set_zlim(-lim, lim)
     for set_label, text in zip((ax.set_xlabel, ax.set_ylabel, ax.set_zlabel), labels):
         set_label(text)
-    ax.set_box_aspect((1, 1, 1))
+    ax.set_box_aspect((1, 1, 1), zoom=zoom)
+    ax.zaxis.set_ticks_position(z_side)
+    ax.zaxis.set_label_position(z_side)
     for axis in (ax.xaxis, ax.yaxis, ax.zaxis):   # five or more ticks overlapped in 3-D
         axis.set_major_locator(MaxNLocator(nbins=4))
     ax.set_title(title)
