@@ -26,11 +26,13 @@ cpu_ns() {   # the group's CPU so far, in nanoseconds
   if [ -r "$group/cpuacct.usage" ]; then cat "$group/cpuacct.usage"
   else awk '$1 == "usage_usec" { print $2 * 1000 }' "$group/cpu.stat"; fi
 }
+rm -f "$dir/$name.no-cgroup"
 start=$(date +%s)
 TIMEFORMAT="%U %S"
 run() {   # the command, in the task's cgroup (if any) with everything it starts
   if [ -n "$group" ] && ! echo "$BASHPID" > "$group/cgroup.procs" 2>/dev/null; then
     echo "[task] could not join $group; CPU from bash's count" >&2
+    touch "$dir/$name.no-cgroup"
   fi
   exec "$@"
 }
@@ -40,12 +42,12 @@ exec 3>&1
 times=$( { time { ( run "$@" ) 2>&1 | show; echo "${PIPESTATUS[0]}" > "$dir/$name.rc"; }; } 2>&1 )
 rc=$(cat "$dir/$name.rc")
 wall=$(( $(date +%s) - start ))
-if [ -n "$group" ]; then
+if [ -n "$group" ] && [ ! -e "$dir/$name.no-cgroup" ]; then
   cpu="$(cpu_ns | awk '{ printf "%.0f", $1 / 1e9 }') s of CPU"
-  rmdir "$group" 2>/dev/null || true     # a straggler keeps it; it is named by the pid
 else
   cpu="~$(echo "$times" | awk '{ printf "%d", $1 + $2 }') s of CPU"
 fi
+[ -n "$group" ] && rmdir "$group" 2>/dev/null    # a straggler keeps it; named by the pid
 summary=$(grep -E "^(=+ )?[0-9]+ (passed|failed|error)" "$log" | tail -1 | sed -E 's/^=+ //; s/ =+$//')
 echo "[test] $name $([ "$rc" -eq 0 ] && echo passed || echo "FAILED (exit $rc)")" \
      "in $wall s, $cpu${summary:+ ($summary)}"
