@@ -1,6 +1,6 @@
 """Training speed on majority: the fused trainer against the straightforward loop and the
 previous (autograd) multiset formulation, with and without a tuned allocator, in one run,
-each measurement in a fresh process (see lncourse/majority/bench.py).
+each measurement in a fresh process (see lncourse/evidence/majority/bench.py).
 
     python benchmarks/majority_throughput.py                  # the paper's 50 models, batch 6000
     python benchmarks/majority_throughput.py --store          # and write results/majority/throughput.json
@@ -15,7 +15,7 @@ import time
 import torch
 
 from lncourse.majority import task as M
-from lncourse.majority.bench import METHODS, compare
+from lncourse.evidence.majority.bench import METHODS, compare
 from lncourse.results import RESULTS_DIR, provenance, write_result
 
 

@@ -1,6 +1,6 @@
 """Probe features per CPU-second on chapter 4's frozen model: the first stored probe's path
-(:func:`lncourse.nope.probe.probe_features`: 64 random positions per sequence, no_grad,
-batches of 16) against :func:`lncourse.nope.features.feature_batches` (every position,
+(:func:`lncourse.evidence.nope.probe.probe_features`: 64 random positions per sequence, no_grad,
+batches of 16) against :func:`lncourse.evidence.nope.features.feature_batches` (every position,
 inference_mode, all depths in one pass) in float32 and in bfloat16, side by side in one
 run, on the same sequences of the paper's model (d = 768, 12 heads, 12 layers, L = 512).
 
@@ -22,8 +22,8 @@ import time
 import torch
 
 from lncourse.nope.variance import random_nope_model
-from lncourse.nope.features import feature_batches
-from lncourse.nope.probe import ProbeConfig, probe_features
+from lncourse.evidence.nope.features import feature_batches
+from lncourse.evidence.nope.probe import ProbeConfig, probe_features
 from lncourse.results import RESULTS_DIR, provenance, write_result
 
 

@@ -38,10 +38,10 @@ import time
 import torch
 
 from lncourse.results import RESULTS_DIR, provenance, write_result
-from lncourse.selectability.fused import fused_losses, scaling_flags, stack_models
-from lncourse.selectability.kernel import kernel_available
+from lncourse.evidence.selectability.fused import fused_losses, scaling_flags, stack_models
+from lncourse.evidence.selectability.kernel import kernel_available
 from lncourse.selectability.lm import tokenized
-from lncourse.selectability.seeds import SeedsConfig, models_of
+from lncourse.evidence.selectability.seeds import SeedsConfig, models_of
 from lncourse.text import sample_batch
 
 

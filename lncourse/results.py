@@ -29,7 +29,7 @@ import torch
 from lncourse import published
 
 __all__ = ["DirtyTreeError", "RESULTS_DIR", "provenance", "run_started", "device_name", "write_result",
-           "load_result", "describe", "run_arguments", "command_line", "store_run",
+           "load_result", "load_arrays", "describe", "run_arguments", "command_line", "store_run",
            "RENAMED", "today_command", "encode_state", "decode_state"]
 
 
@@ -121,34 +121,35 @@ def provenance(device: torch.device | str, wall_seconds: float, command: str | N
             **extra}
 
 
-# Modules that moved when the package took one folder per chapter (issue 20). A stored
-# result's provenance keeps the command really run; today_command() says it today.
+# Modules that moved: when the package took one folder per chapter (issue 20), and when
+# the evidence went beneath the chapters (issue 59). A stored result's provenance keeps
+# the command really run; today_command() says it today.
 RENAMED = {
     "lncourse.exercises": "lncourse.grading.exercises",
     "lncourse.grade": "lncourse.grading.grade",
     "lncourse.grade_cli": "lncourse.grading.cli",
     "lncourse.grade_sheet": "lncourse.grading.sheet",
-    "lncourse.layernorm_claims": "lncourse.geometry.claims",
+    "lncourse.layernorm_claims": "lncourse.evidence.geometry.claims",
     "lncourse.majority": "lncourse.majority.task",
-    "lncourse.majority_bench": "lncourse.majority.bench",
-    "lncourse.majority_claims": "lncourse.majority.claims",
+    "lncourse.majority_bench": "lncourse.evidence.majority.bench",
+    "lncourse.majority_claims": "lncourse.evidence.majority.claims",
     "lncourse.majority_config": "lncourse.majority.config",
-    "lncourse.majority_report": "lncourse.majority.report",
+    "lncourse.majority_report": "lncourse.evidence.majority.report",
     "lncourse.majority_single": "lncourse.majority.single",
     "lncourse.majority_snapshots": "lncourse.majority.snapshots",
     "lncourse.majority_stats": "lncourse.majority.stats",
     "lncourse.majority_train": "lncourse.majority.train",
-    "lncourse.majority_verdict": "lncourse.majority.verdict",
+    "lncourse.majority_verdict": "lncourse.evidence.majority.verdict",
     "lncourse.multiset": "lncourse.majority.multiset",
     "lncourse.multiset_fused": "lncourse.majority.multiset_fused",
     "lncourse.nope": "lncourse.nope.variance",
-    "lncourse.nope_ablation": "lncourse.nope.ablation",
-    "lncourse.nope_features": "lncourse.nope.features",
+    "lncourse.nope_ablation": "lncourse.evidence.nope.ablation",
+    "lncourse.nope_features": "lncourse.evidence.nope.features",
     "lncourse.nope_lemmas": "lncourse.nope.lemmas",
     "lncourse.nope_lm": "lncourse.nope.lm",
-    "lncourse.nope_probe": "lncourse.nope.probe",
-    "lncourse.nope_stream": "lncourse.nope.stream",
-    "lncourse.nope_verdict": "lncourse.nope.verdict",
+    "lncourse.nope_probe": "lncourse.evidence.nope.probe",
+    "lncourse.nope_stream": "lncourse.evidence.nope.stream",
+    "lncourse.nope_verdict": "lncourse.evidence.nope.verdict",
     "lncourse.sandbox": "lncourse.grading.sandbox",
     "lncourse.sandbox_contain": "lncourse.grading.contain",
     "lncourse.sandbox_guard": "lncourse.guard",
@@ -157,14 +158,62 @@ RENAMED = {
     "lncourse.sandbox_wire": "lncourse.grading.wire",
     "lncourse.selectability": "lncourse.selectability.exact",
     "lncourse.selectability_experiments": "lncourse.selectability.experiments",
-    "lncourse.selectability_fused": "lncourse.selectability.fused",
-    "lncourse.selectability_kernel": "lncourse.selectability.kernel",
+    "lncourse.selectability_fused": "lncourse.evidence.selectability.fused",
+    "lncourse.selectability_kernel": "lncourse.evidence.selectability.kernel",
     "lncourse.selectability_lm": "lncourse.selectability.lm",
-    "lncourse.selectability_report": "lncourse.selectability.report",
-    "lncourse.selectability_seeds": "lncourse.selectability.seeds",
-    "lncourse.selectability_seeds_measure": "lncourse.selectability.seeds_measure",
-    "lncourse.selectability_train": "lncourse.selectability.train",
+    "lncourse.selectability_report": "lncourse.evidence.selectability.report",
+    "lncourse.selectability_seeds": "lncourse.evidence.selectability.seeds",
+    "lncourse.selectability_seeds_measure": "lncourse.evidence.selectability.seeds_measure",
+    "lncourse.selectability_train": "lncourse.evidence.selectability.train",
     "lncourse.submission": "lncourse.grading.submission",
+    # the evidence beneath the chapters moved under lncourse.evidence (issue 59)
+    "lncourse.claims": "lncourse.evidence.claims",
+    "lncourse.geometry.claims": "lncourse.evidence.geometry.claims",
+    "lncourse.selectability.claims": "lncourse.evidence.selectability.claims",
+    "lncourse.selectability.ledger": "lncourse.evidence.selectability.ledger",
+    "lncourse.selectability.report": "lncourse.evidence.selectability.report",
+    "lncourse.selectability.seeds": "lncourse.evidence.selectability.seeds",
+    "lncourse.selectability.seeds_continue": "lncourse.evidence.selectability.seeds_continue",
+    "lncourse.selectability.seeds_measure": "lncourse.evidence.selectability.seeds_measure",
+    "lncourse.selectability.seeds_stats": "lncourse.evidence.selectability.seeds_stats",
+    "lncourse.selectability.train": "lncourse.evidence.selectability.train",
+    "lncourse.selectability.fused": "lncourse.evidence.selectability.fused",
+    "lncourse.selectability.kernel": "lncourse.evidence.selectability.kernel",
+    "lncourse.majority.bench": "lncourse.evidence.majority.bench",
+    "lncourse.majority.claims": "lncourse.evidence.majority.claims",
+    "lncourse.majority.report": "lncourse.evidence.majority.report",
+    "lncourse.majority.verdict": "lncourse.evidence.majority.verdict",
+    "lncourse.nope.ablation": "lncourse.evidence.nope.ablation",
+    "lncourse.nope.decode": "lncourse.evidence.nope.decode",
+    "lncourse.nope.ledger": "lncourse.evidence.nope.ledger",
+    "lncourse.nope.probe": "lncourse.evidence.nope.probe",
+    "lncourse.nope.features": "lncourse.evidence.nope.features",
+    "lncourse.nope.retrained": "lncourse.evidence.nope.retrained",
+    "lncourse.nope.retrained_models": "lncourse.evidence.nope.retrained_models",
+    "lncourse.nope.retrained_report": "lncourse.evidence.nope.retrained_report",
+    "lncourse.nope.stream": "lncourse.evidence.nope.stream",
+    "lncourse.nope.stream_device": "lncourse.evidence.nope.stream_device",
+    "lncourse.nope.stream_fast": "lncourse.evidence.nope.stream_fast",
+    "lncourse.nope.stream_gpu": "lncourse.evidence.nope.stream_gpu",
+    "lncourse.nope.stream_import": "lncourse.evidence.nope.stream_import",
+    "lncourse.nope.stream_report": "lncourse.evidence.nope.stream_report",
+    "lncourse.nope.trained": "lncourse.evidence.nope.trained",
+    "lncourse.nope.verdict": "lncourse.evidence.nope.verdict",
+    "lncourse.norms.context_use": "lncourse.evidence.norms.context_use",
+    "lncourse.norms.ledger": "lncourse.evidence.norms.ledger",
+    "lncourse.norms.logits": "lncourse.evidence.norms.logits",
+    "lncourse.norms.logits_config": "lncourse.evidence.norms.logits_config",
+    "lncourse.norms.logits_summary": "lncourse.evidence.norms.logits_summary",
+    "lncourse.norms.majority_report": "lncourse.evidence.norms.majority_report",
+    "lncourse.norms.majority_run": "lncourse.evidence.norms.majority_run",
+    "lncourse.norms.periln": "lncourse.evidence.norms.periln",
+    "lncourse.norms.periln_report": "lncourse.evidence.norms.periln_report",
+    "lncourse.norms.real": "lncourse.evidence.norms.real",
+    "lncourse.norms.retrained": "lncourse.evidence.norms.retrained",
+    "lncourse.norms.retrained_models": "lncourse.evidence.norms.retrained_models",
+    "lncourse.norms.review": "lncourse.evidence.norms.review",
+    "lncourse.norms.trained": "lncourse.evidence.norms.trained",
+    "lncourse.norms.verdict": "lncourse.evidence.norms.verdict",
 }
 
 
@@ -279,6 +328,22 @@ def load_result(name: str | os.PathLike) -> dict:
     if "provenance" not in result:
         raise ValueError(f"{path} has no provenance record; it is not a stored result")
     return result
+
+
+def load_arrays(name: str, field: str) -> dict:
+    """The arrays a stored result keeps beside it, out of its JSON: the ``.npz`` file in
+    the folder of ``results/<name>.json`` that its entry ``field`` names, as {key: array}."""
+    import numpy as np
+
+    result = load_result(name)
+    if not isinstance(result.get(field), str):
+        raise KeyError(f"results/{name}.json names no file of arrays under {field!r}")
+    path = RESULTS_DIR / Path(name).parent / result[field]
+    if not path.exists():
+        raise FileNotFoundError(f"results/{name}.json names {result[field]}, which is not "
+                                f"in {path.parent}")
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
 
 
 # Characters of code or printed text a line of the book's column shows without scrolling

@@ -26,7 +26,7 @@ verdict).
 test says which: float32's rounding grown through the layers it passes). An element far
 more sensitive than the rest is ill-conditioned, not noisy: the test finds out why and
 removes the cause (computes in float64, compares what the page reports, or states a
-rule). Chapter 4's stall reading is the example (:mod:`lncourse.nope.retrained_report`).
+rule). Chapter 4's stall reading is the example (:mod:`lncourse.evidence.nope.retrained_report`).
 
 One such tolerance is shared, :data:`TOKEN_LOSS_ATOL`, for a per-token loss from a
 float32 forward pass of a stored model (chapters 4 and 5 store them per window and

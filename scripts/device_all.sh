@@ -4,9 +4,9 @@
 #      training-set error, then the paper's budget, model by model);
 #   2. every page's student notebook through nbclient (scripts/device_notebooks.py);
 #   3. chapter 2's no-scaling seeds on from step 34,000 to 50,000
-#      (lncourse.selectability.seeds_continue, from the carried checkpoint);
+#      (lncourse.evidence.selectability.seeds_continue, from the carried checkpoint);
 #   4. the language models of issue 35 items 7 and 8 with the recipe that learns
-#      (lncourse.nope.retrained and lncourse.norms.retrained, preset paper): one chain
+#      (lncourse.evidence.nope.retrained and lncourse.evidence.norms.retrained, preset paper): one chain
 #      per variant, its sweep then its seeds.
 # Each job stops before the budget; each resumes from its checkpoints. What comes back
 # (at most 8 files): the probe's files under $OUT (device_stream.sh writes at most 7),
@@ -36,7 +36,7 @@ OUT="$OUT" bash scripts/device_stream.sh $(( BUDGET - 45 )) > "$LOGS/stream.log"
 timeout $(( BUDGET - 20 )) python3 scripts/device_notebooks.py --run --scale 0.05 --jobs 4 \
   --timeout $(( BUDGET - 40 )) --out "$LOGS/device_notebooks.json" > "$LOGS/notebooks.log" 2>&1 &
 
-timeout $(( BUDGET - 30 )) python3 -m lncourse.selectability.seeds_continue --preset table1 \
+timeout $(( BUDGET - 30 )) python3 -m lncourse.evidence.selectability.seeds_continue --preset table1 \
   --device cuda --quiet > "$LOGS/seeds_continue.log" 2>&1 &
 
 chain() {   # module, variant, number of sweep rates, seeds
@@ -53,14 +53,14 @@ chain() {   # module, variant, number of sweep rates, seeds
   done
 }
 for v in Pre-LN RMSNorm QK-norm DyT; do
-  chain lncourse.norms.retrained "$v" 3 3 > "$LOGS/heads_$v.log" 2>&1 &
+  chain lncourse.evidence.norms.retrained "$v" 3 3 > "$LOGS/heads_$v.log" 2>&1 &
 done
 for v in NoPE learned; do
-  chain lncourse.nope.retrained "$v" 4 3 > "$LOGS/nope_$v.log" 2>&1 &
+  chain lncourse.evidence.nope.retrained "$v" 4 3 > "$LOGS/nope_$v.log" 2>&1 &
 done
 wait
 # the records, where every part finished in time (each refuses what is missing)
-for m in lncourse.norms.retrained lncourse.nope.retrained; do
+for m in lncourse.evidence.norms.retrained lncourse.evidence.nope.retrained; do
   [ "$(left)" -gt 15 ] && timeout $(( $(left) - 10 )) python3 -m "$m" --preset paper \
     --device cuda --quiet > "$LOGS/store_${m##*.}.log" 2>&1
 done

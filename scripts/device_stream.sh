@@ -8,7 +8,7 @@
 # held-out predictions (preds_<i>.npz, at most 6 files of under 15 MiB).
 #
 #   on the device, from the repository root:  bash scripts/device_stream.sh 420
-#   back here, on the folder that came back:  .venv/bin/python -m lncourse.nope.stream_import DIR
+#   back here, on the folder that came back:  .venv/bin/python -m lncourse.evidence.nope.stream_import DIR
 #
 # Resumable: finished models and checkpoints stay in results/checkpoints/nope_stream_gpu
 # on the machine (the same command again resumes while it is warm); a later session can
@@ -19,4 +19,4 @@ shift || true
 : "${OUT:?set OUT to the folder the record is written to}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import torch, numpy; print('torch', torch.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
-python3 -m lncourse.nope.stream_device --device cuda --budget-s "$BUDGET" --out "$OUT" "$@"
+python3 -m lncourse.evidence.nope.stream_device --device cuda --budget-s "$BUDGET" --out "$OUT" "$@"

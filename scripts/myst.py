@@ -488,6 +488,10 @@ def _role(match: re.Match, ctx: Context) -> str:
         return f"${text}$" + after
     if role in ("glue:text", "glue", "glue:md", "glue:any"):
         return _glue(role, text, ctx) + after
+    if role == "ledger":              # the site's book/_ext/ledger_role.py, the same text
+        from lncourse.evidence.claims import quote
+
+        return _escape(quote(text)) + after
     if role in ("sub", "sup"):
         return f"<{role}>{text}</{role}>" + after
     raise ValueError(f"the editions builder cannot convert the role {{{role}}}")

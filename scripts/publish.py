@@ -41,7 +41,7 @@ SKIP = {"checkpoints", "__pycache__"}
 # recompute the files, not for readers (chapter 4's 34 MB of predictions among them).
 # A chapter that starts reading another file fails in the simulated Colab of
 # tests/book/test_colab.py until it is added here: chapter 4's lesson reads a 1.9 MB
-# slice of those predictions (lncourse.nope.stream_report --lesson).
+# slice of those predictions (lncourse.evidence.nope.stream_report --lesson).
 PUBLISHED_FILES = ("*.json", "norms/logits.pt", "nope/stream_paper_lesson_predictions.npz")
 
 

@@ -108,38 +108,51 @@ def test_imports_are_read_relative_and_absolute():
 
 # ---------------------------------------------------------------- the layout (issue 20)
 CHAPTERS = {"geometry": 1, "selectability": 2, "majority": 3, "nope": 4, "norms": 5}
-CORE = {"_packages", "attention", "checkpoint", "claims", "device", "folding", "glue", "guard",
+CORE = {"_packages", "attention", "checkpoint", "device", "folding", "glue", "guard",
         "layernorm", "lm", "lm_recipe", "minilm", "modes", "paper", "progress", "published",
         "results", "rng", "smollm2", "summary", "text", "tolerance", "transformer"}
 CORE_FOLDERS = {"plotting"}
-CHECKS, GRADING = "checks", "grading"
+CHECKS, GRADING, EVIDENCE = "checks", "grading", "evidence"
 # The crossings between chapters, both from chapter 5 (issue 17), which reads earlier
 # chapters' experiments through today's norms: it retrains chapter 3's majority model,
 # so its majority modules build on chapter 3's package; and its V lens is chapter 4's
 # Lemma 3 with each norm's factors, so lncourse.norms.vlens builds on chapter 4's lemmas
 # and variance measurement.
-CROSSINGS = {("lncourse.norms.majority", "majority"), ("lncourse.norms.vlens", "nope")}
+CROSSINGS = {("lncourse.norms.majority", "majority"), ("lncourse.norms.vlens", "nope"),
+             ("lncourse.evidence.norms.majority", "majority")}
 
 
 def part(module: str) -> str:
-    """The part of the package a module belongs to: a chapter, 'checks', 'grading' or
-    'core'."""
+    """The part of the package a module belongs to: a chapter, 'checks', 'grading',
+    'evidence' or 'core'."""
     top = module.split(".")[1] if module.count(".") else ""
-    if top in CHAPTERS or top in (CHECKS, GRADING):
+    if top in CHAPTERS or top in (CHECKS, GRADING, EVIDENCE):
         return top
     return "core"
 
 
+def evidence_chapter(module: str) -> str | None:
+    """The chapter an evidence module belongs to (``lncourse.evidence.<chapter>.x``), or
+    None for the evidence every chapter shares (``lncourse.evidence.claims``)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[2] in CHAPTERS else None
+
+
 def layout_problems(graph: dict[str, set[str]]) -> list[str]:
-    """Every import that crosses the layout's lines. The core imports only the core; a
-    chapter imports the core and itself; the checks import the core and the chapters
-    (their references), never grading; grading imports anything."""
+    """Every import that crosses the layout's lines. Two layers: the course (the core, one
+    folder per chapter, the checks) never imports the evidence beneath it. The core
+    imports only the core; a chapter imports the core and itself; the checks import the
+    core and the chapters (their references), never grading or the evidence. The evidence
+    of a chapter imports the core, its chapter, its own evidence and the shared evidence
+    (crossings as for the chapters); grading imports anything but the evidence."""
     problems = []
     for module, deps in sorted(graph.items()):
         mine = part(module)
         for dep in sorted(deps):
             theirs = part(dep)
-            if mine == "core" and theirs != "core":
+            if mine != EVIDENCE and theirs == EVIDENCE:
+                problems.append(f"{mine} module {module} imports the evidence layer: {dep}")
+            elif mine == "core" and theirs != "core":
                 problems.append(f"core module {module} imports {dep} ({theirs})")
             elif mine in CHAPTERS and theirs not in ("core", mine) and not any(
                     module.startswith(prefix) and theirs == chapter
@@ -147,6 +160,14 @@ def layout_problems(graph: dict[str, set[str]]) -> list[str]:
                 problems.append(f"chapter module {module} imports {dep} ({theirs})")
             elif mine == CHECKS and theirs == GRADING:
                 problems.append(f"check module {module} imports {dep} ({theirs})")
+            elif mine == EVIDENCE:
+                own = evidence_chapter(module)
+                ok = theirs == "core" or (theirs == EVIDENCE and evidence_chapter(dep) in (
+                    None, own)) or theirs == own or any(
+                    module.startswith(prefix) and chapter in (theirs, evidence_chapter(dep))
+                    for prefix, chapter in CROSSINGS)
+                if not ok:
+                    problems.append(f"evidence module {module} imports {dep} ({theirs})")
     return problems
 
 
@@ -166,19 +187,36 @@ def test_layout_rules_bite():
     assert layout_problems({"lncourse.norms.hidden": {"lncourse.majority.task"}})
     assert layout_problems({"lncourse.norms.hidden": {"lncourse.nope.lemmas"}})
     assert not layout_problems({"lncourse.norms.vlens": {"lncourse.nope.lemmas"}})
-    assert not layout_problems({"lncourse.norms.majority_run": {"lncourse.majority.train"}})
+    assert not layout_problems({"lncourse.evidence.norms.majority_run": {"lncourse.majority.train"}})
     assert layout_problems({"lncourse.checks.nope": {"lncourse.grading.wire"}})
+    # the two layers: nothing of the course imports the evidence beneath it
+    assert layout_problems({"lncourse.nope.figures": {"lncourse.evidence.nope.ledger"}}) == [
+        "nope module lncourse.nope.figures imports the evidence layer: "
+        "lncourse.evidence.nope.ledger"]
+    assert layout_problems({"lncourse.results": {"lncourse.evidence.claims"}})
+    assert layout_problems({"lncourse.checks.majority": {"lncourse.evidence.majority.verdict"}})
+    assert layout_problems({"lncourse.grading.grade": {"lncourse.evidence.claims"}})
+    assert layout_problems({"lncourse.evidence.nope.ledger": {"lncourse.evidence.norms.ledger"}})
+    assert layout_problems({"lncourse.evidence.nope.ledger": {"lncourse.majority.task"}})
+    assert layout_problems({"lncourse.evidence.nope.ledger": {"lncourse.grading.sheet"}})
+    assert not layout_problems({"lncourse.evidence.nope.ledger": {
+        "lncourse.evidence.claims", "lncourse.evidence.nope.verdict", "lncourse.nope.lemmas",
+        "lncourse.results"}})
+    assert not layout_problems({"lncourse.evidence.norms.majority_run": {
+        "lncourse.majority.train"}})
     assert layout_problems({"lncourse.grading.grade": {"lncourse.checks.majority"},
                             "lncourse.checks.majority": {"lncourse.majority.task", "lncourse.guard"},
                             "lncourse.majority.train": {"lncourse.rng"},
-                            "lncourse.majority.bench": {"lncourse.majority.train"}}) == []
+                            "lncourse.evidence.majority.bench": {"lncourse.majority.train"}}) == []
 
 
 def test_root_holds_only_the_core_and_the_folders():
     root = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
     folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     assert root <= CORE, f"not core, so not at the root: {sorted(root - CORE)}"
-    assert folders == set(CHAPTERS) | CORE_FOLDERS | {CHECKS, GRADING}, sorted(folders)
+    assert folders == set(CHAPTERS) | CORE_FOLDERS | {CHECKS, GRADING, EVIDENCE}, sorted(folders)
+    evidence = PACKAGE / EVIDENCE
+    assert {p.name for p in evidence.iterdir() if (p / "__init__.py").exists()} <= set(CHAPTERS)
 
 
 def test_names_inside_a_folder_drop_its_prefix():
@@ -265,3 +303,99 @@ def test_the_private_name_check_bites(tmp_path, monkeypatch):
         fake.unlink()
     assert any("P._hidden" in g for g in got) and any("_secret" in g for g in got), got
     assert not any("_x" in g for g in got), got
+
+
+# ---------------------------------------------------------------- the two layers (issue 59)
+BOOK = PACKAGE.parent / "book"
+LESSONS = ("01_layernorm_geometry", "02_unselectable_keys", "03_majority", "04_nope",
+           "05_norms")
+CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.S | re.M)
+# What the lessons still import from the evidence layer, to be replaced by the core's
+# reader of stored results (lncourse.results) and the chapter's own science: a lesson may
+# not gain one, and an entry that no lesson imports any more fails until it is struck.
+LESSON_EVIDENCE_LEFT = {
+    "01_layernorm_geometry": {"lncourse.evidence.geometry.claims"},
+}
+
+
+def page_imports(text: str) -> set[str]:
+    """The lncourse modules a page's code cells import (lines of IPython magic skipped)."""
+    found = set()
+    for body in CODE_CELL.findall(text):
+        lines = body.splitlines()
+        if lines and lines[0].strip() == "---":          # cell options as a YAML block
+            lines = lines[lines.index("---", 1) + 1:]
+        while lines and lines[0].startswith(":"):        # cell options as :key: lines
+            lines = lines[1:]
+        code = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & NAMES
+                found.update(subs if len(subs) == len(node.names) else subs | {node.module})
+    return {m for m in found if m.startswith("lncourse")}
+
+
+def evidence_imports(text: str) -> set[str]:
+    return {m for m in page_imports(text) if part(m) == EVIDENCE}
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_a_lesson_imports_the_course_not_the_evidence(lesson):
+    """Replication pages may import the evidence; a lesson reads stored runs through the
+    core (lncourse.results)."""
+    got = evidence_imports((BOOK / f"{lesson}.md").read_text(encoding="utf-8"))
+    assert got == LESSON_EVIDENCE_LEFT.get(lesson, set())
+
+
+def test_the_lesson_layer_check_reads_every_form_of_import():
+    cell = "```{code-cell} ipython3\n:tags: [hide-input]\n%matplotlib inline\n{}\n```\n"
+    for line in ("from lncourse.evidence.nope import ledger",
+                 "import lncourse.evidence.nope.ledger as L",
+                 "from lncourse.evidence.nope.ledger import reported",
+                 "def f():\n    from lncourse.evidence import claims"):
+        assert evidence_imports(cell.replace("{}", line)), line
+    assert not evidence_imports(cell.replace("{}", "from lncourse.nope import lemmas"))
+    assert evidence_imports("```{code-cell}\nfrom lncourse.evidence.nope import ledger\n```\n")
+
+
+def import_cells(text: str) -> tuple[set[str], set[str]]:
+    """The names a lesson's hidden setup cell imports from lncourse, and those of its first
+    visible cell made only of lncourse imports (the lesson's tools, shown)."""
+    hidden = shown = None
+    for match in re.finditer(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M):
+        body = match.group(1)
+        tags = re.match(r"(?::tags: \[([^\]]*)\]\n)?", body).group(1) or ""
+        code = re.sub(r"^:tags:[^\n]*\n", "", body)
+        if code.startswith("---"):
+            continue                          # a figure's cell (options as YAML)
+        tree = ast.parse(code)
+        names = {f"{n.module}.{a.name}" for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("lncourse")
+                 for a in n.names}
+        if hidden is None and "remove-cell" in tags and names:
+            hidden = names
+        elif shown is None and not tags and tree.body and all(
+                isinstance(n, ast.ImportFrom) and n.module.startswith("lncourse")
+                for n in tree.body):
+            shown = names
+    return hidden or set(), shown or set()
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_a_lesson_shows_its_tools(lesson):
+    """One visible cell, after the key idea's figure, imports what the lesson takes from
+    lncourse: everything its hidden setup cell imports from it."""
+    hidden, shown = import_cells((BOOK / f"{lesson}.md").read_text(encoding="utf-8"))
+    assert shown, f"{lesson}: no visible cell of lncourse imports"
+    assert hidden <= shown, f"{lesson}: imported hidden, not shown: {sorted(hidden - shown)}"
+
+
+def test_the_tools_check_sees_a_missing_name():
+    page = ("```{code-cell} ipython3\n:tags: [remove-cell]\nimport torch\n"
+            "from lncourse.nope import lemmas, variance\n```\n\n"
+            "```{code-cell} ipython3\nfrom lncourse.nope import lemmas\n```\n")
+    hidden, shown = import_cells(page)
+    assert hidden == {"lncourse.nope.lemmas", "lncourse.nope.variance"}
+    assert shown == {"lncourse.nope.lemmas"} and not hidden <= shown

@@ -38,6 +38,35 @@ def test_load_result_explains_what_is_missing(tmp_path):
         R.load_result(tmp_path / "bare.json")
 
 
+def test_load_arrays_reads_the_file_a_result_names_beside_it(tmp_path, monkeypatch):
+    import numpy as np
+
+    monkeypatch.setattr(R, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(R.published, "fetch", lambda *a, **k: None)
+    (tmp_path / "ch").mkdir()
+    np.savez(tmp_path / "ch" / "run_arrays.npz", a=np.arange(3), b=np.eye(2))
+    R.write_result(tmp_path / "ch" / "run.json", {
+        "arrays": "run_arrays.npz", "n": 1, "config": {}, "provenance": R.provenance("cpu", 1.0, command="c")})
+    got = R.load_arrays("ch/run", "arrays")
+    assert sorted(got) == ["a", "b"] and got["b"].tolist() == [[1, 0], [0, 1]]
+    with pytest.raises(KeyError, match="names no file of arrays under 'n'"):
+        R.load_arrays("ch/run", "n")
+    (tmp_path / "ch" / "run_arrays.npz").unlink()
+    with pytest.raises(FileNotFoundError, match="names run_arrays.npz, which is not in"):
+        R.load_arrays("ch/run", "arrays")
+
+
+def test_load_arrays_gives_the_stored_probe_answers_chapter_4_shows():
+    """The lesson reads them through the core; the evidence's own reader agrees."""
+    import numpy as np
+    from lncourse.evidence.nope.stream_report import load_predictions
+
+    core = R.load_arrays("nope/stream_paper_lesson", "predictions")
+    evidence = load_predictions(R.load_result("nope/stream_paper_lesson"))
+    assert sorted(core) == sorted(evidence) and core
+    assert all(np.array_equal(core[k], evidence[k]) for k in core)
+
+
 @pytest.fixture
 def clean_tree(monkeypatch):
     """A checkout whose tracked files match its commit (the tests may run in a dirty one)."""
@@ -124,6 +153,6 @@ def test_a_run_started_before_the_move_resumes_under_the_new_name(tmp_path):
     with pytest.raises(ValueError, match="was started by"):
         R.run_started(ckpt, "python -m lncourse.selectability.lm --preset paper --allow-dirty")
     assert R.today_command("python -m lncourse.nope_probe --preset paper") == \
-        "python -m lncourse.nope.probe --preset paper"
+        "python -m lncourse.evidence.nope.probe --preset paper"
     assert all(new.startswith("lncourse.") and R.RENAMED.get(new) is None
                for new in R.RENAMED.values())           # every new name is final

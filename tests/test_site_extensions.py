@@ -2,6 +2,7 @@
 
 import sys
 
+import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
@@ -73,3 +74,61 @@ def test_sidebar_expanders_are_named_after_their_chapter():
     assert '<summary aria-label="Pages under 2. Keys &amp; LayerNorm’s scaling">' in named
     assert '<summary aria-label="Pages under 3. Majority">' in named
     assert named.endswith("<details><summary>Show code</summary>")
+
+
+def test_the_ledger_role_prints_a_ledgers_entry_and_refuses_an_unknown_one(tmp_path,
+                                                                            monkeypatch):
+    import json
+
+    from lncourse import results
+    from lncourse.evidence import claims as C
+    from ledger_role import ledger_role
+
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path)
+    C._numbers.cache_clear()
+    (tmp_path / "nope").mkdir()
+    (tmp_path / "norms").mkdir()
+    ledger = {"config": {}, "provenance": {"command": "c"}}
+    (tmp_path / "nope" / "reported.json").write_text(json.dumps(
+        {**ledger, "numbers": {"decode/depth0": 104.2049, "n": 3, "a: b": "text"}}))
+    (tmp_path / "norms" / "majority_reported.json").write_text(json.dumps(
+        {**ledger, "numbers": {"arms/x/0": -14.0}}))
+    assert C.quote("nope/decode/depth0:.1f") == "104.2"
+    assert C.quote("nope/decode/depth0") == "104.2049"
+    assert C.quote("nope/n:,d") == "3" and C.quote("nope/a: b") == "text"
+    assert C.quote("norms.majority/arms/x/0:+.0f") == "-14"
+    with pytest.raises(KeyError, match=r"no entry 'decode/depth1'.*nearest: \['decode/depth0'"):
+        C.quote("nope/decode/depth1:.1f")
+    with pytest.raises(FileNotFoundError, match="no ledger"):
+        C.quote("norms.periln/x")
+    with pytest.raises(ValueError, match="not a ledger's name"):
+        C.quote("../nope/x")
+
+    class Reporter:
+        def error(self, text, line):
+            return text
+
+    class Inliner:
+        reporter = Reporter()
+
+        def problematic(self, rawtext, text, message):
+            return ("problem", message)
+
+    nodes, messages = ledger_role("ledger", "{ledger}`nope/n`", "nope/n", 1, Inliner())
+    assert [str(n) for n in nodes] == ["3"] and messages == []
+    nodes, messages = ledger_role("ledger", "raw", "nope/m", 1, Inliner())
+    assert nodes[0][0] == "problem" and "no entry 'm'" in messages[0]
+    C._numbers.cache_clear()
+
+
+@pytest.mark.stored_files("reads one ledger entry to see that the notebook prints what the "
+                          "site's role prints; the ledger's own test compares its numbers")
+def test_the_editions_builder_writes_the_ledgers_value_into_the_notebook():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import myst
+    from lncourse.evidence.claims import quote
+
+    key = "probe_paper/per_model/causal/0/mae/0"
+    ctx = myst.Context(4, myst.read_book(ROOT))
+    line = myst._inline(f"error {{ledger}}`nope/{key}:.1f` at depth 0", ctx)
+    assert line == f"error {quote(f'nope/{key}:.1f')} at depth 0" and "ledger" not in line

@@ -74,7 +74,7 @@ def test_stored_majority_run_replays(path):
 def test_stored_benchmark_losses_replay():
     """The benchmark's fused losses for the first seed come out of today's code (its
     timings cannot be replayed; its claim that the methods agree can)."""
-    from lncourse.majority.bench import compare
+    from lncourse.evidence.majority.bench import compare
 
     stored = _load(RESULTS_DIR / "majority" / "throughput.json")
     out = compare(n_seeds=1, variants=tuple(stored["variants"]),
@@ -109,7 +109,7 @@ CHAPTER3 = ("paper_snapshots", "grid_b500", "grid_b6000", "three_d")
 def test_chapter3_conclusions_fail_on_contrary_evidence(key, variants, shift, monkeypatch):
     """The claims are computed, not asserted: shift some variants' accuracy curves and the
     statement that rests on them stops holding."""
-    from lncourse.majority import verdict as V
+    from lncourse.evidence.majority import verdict as V
 
     monkeypatch.setattr(V, "_uniformity_claim", lambda paper, stats=None: V.Claim("uniformity", "", True))
     paper, grid_b500, grid_b6000, three_d = (_load(RESULTS_DIR / "majority" / f"{n}.json")
@@ -129,7 +129,8 @@ def test_the_replication_claim_states_its_worst_gap_unrounded():
     three decimals: at two it read 0.04 for a gap of 0.043, narrower than measured."""
     import re as _re
 
-    from lncourse.majority import stats as ST, verdict as V
+    from lncourse.majority import stats as ST
+    from lncourse.evidence.majority import verdict as V
 
     paper, grid_b500, grid_b6000, three_d = (_load(RESULTS_DIR / "majority" / f"{n}.json")
                                              for n in CHAPTER3)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lncourse import claims as C
+from lncourse.evidence import claims as C
 from lncourse.tolerance import DECIMALS, SIGNIFICANT, reported_agree, reported_tolerance
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,6 +16,10 @@ from lncourse.checks._core import case, generator, run_check
 __all__ = ["check_has_clear_majority", "check_norm_without_projection",
            "check_query_angle", "check_attend_counts", "check_uniform_query_weights"]
 
+# the chapter's other check (its exercise on the statistics) lives apart, with its data;
+# the lesson finds it here, as checks.check_projection_main_effect
+from lncourse.checks.majority_stats import check_projection_main_effect  # noqa: E402,F401
+
 
 # ------------------------------------------------------------- the margin rule
 def _clear_majority(counts: Tensor, min_margin: int) -> Tensor:

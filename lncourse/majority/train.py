@@ -172,7 +172,7 @@ def _raise_if_not_finite(loss: Tensor, step: int, config: MajorityConfig) -> Non
 def restore_multiset(state: dict, config, params: dict[str, Tensor], opt: Adam,
                      orders: list[BatchOrder], path) -> tuple[dict, int, float]:
     """Put a stacked trainer's checkpoint ``state`` back (this trainer's and chapter 5's
-    :mod:`lncourse.norms.majority_run`): its parameters into ``params``, its Adam moments
+    :mod:`lncourse.evidence.norms.majority_run`): its parameters into ``params``, its Adam moments
     into ``opt``, each seed's place in its epoch into ``orders``. Refuses a checkpoint of
     another configuration (a dataclass; ``path`` names it in the error). Returns the
     history, the step and the seconds already spent."""

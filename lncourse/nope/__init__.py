@@ -1,1 +1,3 @@
-"""Chapter 4, NoPE: the variance of causal attention (:mod:`.variance`), the lemmas (:mod:`.lemmas`), the position probe (:mod:`.probe`), the trained NoPE model (:mod:`.lm`) and figures."""
+"""Chapter 4, NoPE: the variance of causal attention (:mod:`.variance`), the lemmas
+(:mod:`.lemmas`), the small NoPE language model (:mod:`.lm`) and figures; the position
+probe, the trained runs and the ledger are :mod:`lncourse.evidence.nope`."""

@@ -6,7 +6,7 @@ positional embeddings, the first layer's attention output at position m averages
 m value vectors, so its variance shrinks like d^2 sigma^4 / m. This module builds that
 random layer and measures it across many random input sequences (batched and chunked
 over samples, so long sequences fit in memory). The lemmas' formulas are in
-:mod:`lncourse.nope.lemmas`, the position probe in :mod:`lncourse.nope.probe`, the
+:mod:`lncourse.nope.lemmas`, the position probe in :mod:`lncourse.evidence.nope.probe`, the
 trained NoPE language model in :mod:`lncourse.nope.lm`.
 
 Dimension names (the package's): N samples (sequences), T positions (the paper's L),

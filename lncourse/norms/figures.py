@@ -68,7 +68,7 @@ def trained_heads(summary: dict, ax: Axes | None = None) -> Figure:
     training (solid) and at initialisation (dashed, no interval).
 
     summary: variant -> {"init"|"trained": {"layers": [[mean, low, high], ...]}}, as
-    :func:`lncourse.norms.trained.summarize` returns it.
+    :func:`lncourse.evidence.norms.trained.summarize` returns it.
     """
     fig, ax = figure_and_axes(ax)
     for k, (variant, stages) in enumerate(summary.items()):
@@ -132,7 +132,7 @@ def logit_growth(result: dict, ax=None, references: dict[str, float] | None = No
     model is not drawn). Right: the largest attention logit after training (max over
     layers, log y).
 
-    result: a stored (or freshly run) :mod:`lncourse.norms.logits` payload;
+    result: a stored (or freshly run) :mod:`lncourse.evidence.norms.logits` payload;
     references: {"bigram": ..., "unigram": ...}, the data's table losses, drawn as
     horizontal lines on the loss panel.
     """

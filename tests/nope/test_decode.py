@@ -1,4 +1,4 @@
-"""The classifier probe read three ways (lncourse.nope.decode) and its stored result."""
+"""The classifier probe read three ways (lncourse.evidence.nope.decode) and its stored result."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.nope import ablation as nope_ablation, decode, verdict
-from lncourse.nope.stream import errors
+from lncourse.evidence.nope import ablation as nope_ablation, decode, verdict
+from lncourse.evidence.nope.stream import errors
 from lncourse.results import RESULTS_DIR, load_result, today_command
 
 STORED = RESULTS_DIR / "nope" / "decode_cpu.json"
@@ -81,7 +81,7 @@ def test_stored_decode_is_the_cpu_preset(stored):
     assert stored["config"] == {k: list(v) if isinstance(v, tuple) else v
                                 for k, v in want.items()}
     assert today_command(stored["provenance"]["command"]).startswith(
-        "python -m lncourse.nope.decode --preset cpu")
+        "python -m lncourse.evidence.nope.decode --preset cpu")
     assert [r["seed"] for r in stored["runs"]] == list(stored["config"]["seeds"])
 
 

@@ -1,5 +1,5 @@
 """Every number chapter 4 reports from its stored files, recomputed and compared with its
-ledger (results/nope/reported.json; lncourse.nope.ledger): editing a stored value that a
+ledger (results/nope/reported.json; lncourse.evidence.nope.ledger): editing a stored value that a
 reported number depends on, or the ledger, fails
 test_every_reported_number_matches_the_ledger. The ablation's errors are also recomputed
 from their stored predictions (test_stream.py)."""
@@ -10,8 +10,8 @@ import copy
 
 import pytest
 
-from lncourse import claims as C
-from lncourse.nope import ledger as L
+from lncourse.evidence import claims as C
+from lncourse.evidence.nope import ledger as L
 from lncourse.results import RESULTS_DIR
 
 LEDGER = RESULTS_DIR / "nope" / "reported.json"
@@ -26,7 +26,7 @@ def test_every_reported_number_matches_the_ledger(runs):
     differences = C.compare(L.reported(**runs), C.load_ledger(LEDGER))
     assert not differences, ("chapter 4's numbers differ from results/nope/reported.json "
                              "(a stored file or the ledger was changed; if a new run is "
-                             "meant, rewrite it: python -m lncourse.nope.ledger):\n  "
+                             "meant, rewrite it: python -m lncourse.evidence.nope.ledger):\n  "
                              + "\n  ".join(differences[:20]))
 
 
@@ -83,10 +83,10 @@ def test_an_edited_stored_number_fails_the_ledger(runs, what):
 
 
 def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
-    from lncourse.nope import verdict
+    from lncourse.evidence.nope import verdict
     got = verdict.page_claims(runs["probe"], runs["ablation"]) \
         + verdict.trained_claims(runs["trained"]) + verdict.decode_claims(runs["decode"])
-    from lncourse.nope import stream_report
+    from lncourse.evidence.nope import stream_report
     stream = {c.key: c for c in stream_report.claims(runs["stream"], runs["stream_readings"],
                                                      runs["ablation"])}
     got += [stream[k] for k in stream_report.STATED_HOLDS]
@@ -96,7 +96,7 @@ def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
 
 
 def test_each_sentence_fails_on_contrary_numbers(runs):
-    from lncourse.nope import verdict
+    from lncourse.evidence.nope import verdict
 
     def holds(r):
         return {c.key: c.holds for c in verdict.page_claims(r["probe"], r["ablation"])}
@@ -119,7 +119,7 @@ def test_each_sentence_fails_on_contrary_numbers(runs):
 
 
 def test_each_decoding_sentence_fails_on_contrary_numbers(runs):
-    from lncourse.nope import verdict
+    from lncourse.evidence.nope import verdict
 
     def holds(r):
         return {c.key: c.holds for c in verdict.decode_claims(r["decode"])}

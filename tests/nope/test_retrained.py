@@ -1,5 +1,5 @@
 """The NoPE model and its learned-position control trained with the recipe that learns
-(lncourse.nope.retrained, with retrained_models and retrained_report), and the old run's
+(lncourse.evidence.nope.retrained, with retrained_models and retrained_report), and the old run's
 stall read with the same lenses: every stored number recomputes from the stored weights,
 and the claims fail on contrary numbers."""
 
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from lncourse.lm_recipe import context_gain, position_losses
-from lncourse.nope import retrained as R
-from lncourse.nope import retrained_models as M
-from lncourse.nope import retrained_report as RR
-from lncourse.nope.trained import profiles, slopes
+from lncourse.evidence.nope import retrained as R
+from lncourse.evidence.nope import retrained_models as M
+from lncourse.evidence.nope import retrained_report as RR
+from lncourse.evidence.nope.trained import profiles, slopes
 from lncourse.results import RESULTS_DIR
 from lncourse.tolerance import TOKEN_LOSS_ATOL
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.nope import features as nope_features, stream as nope_stream
-from lncourse.nope import stream_device as dev, stream_fast as fast
+from lncourse.evidence.nope import features as nope_features, stream as nope_stream
+from lncourse.evidence.nope import stream_device as dev, stream_fast as fast
 from lncourse.nope import variance as nope
 
 SMALL = dict(d_model=64, n_heads=4, n_layers=3, seq_len=32, sigma=0.02)
@@ -59,7 +59,7 @@ def test_fast_forward_in_bfloat16_is_rounding_away_from_float32():
 
 def test_fast_path_is_the_stream_run_on_the_cpu():
     """Stream inputs in float32: the same sequences, minibatches and probes as
-    lncourse.nope.stream.train_model; only the forward pass's rounding differs, so the
+    lncourse.evidence.nope.stream.train_model; only the forward pass's rounding differs, so the
     first losses agree to float32 precision and (nearly) every prediction is the same."""
     cfg = _cfg()
     a = fast.train_fast(cfg, 0, True)
@@ -167,9 +167,9 @@ def test_device_run_writes_a_record_that_recomputes_and_resumes(tmp_path, monkey
         n += 1
     assert n == 3 * 8 + 3 * 2   # stored: held-out, training, two per-sequence; paper: held-out
     assert len(whole["phases"]["tiny_stored"]["models"]) == 3
-    blob = subprocess.run(["git", "hash-object", "lncourse/nope/stream_fast.py"],
+    blob = subprocess.run(["git", "hash-object", "lncourse/evidence/nope/stream_fast.py"],
                           cwd=dev.ROOT, capture_output=True, text=True).stdout.strip()
-    assert rec["provenance"]["code"]["lncourse/nope/stream_fast.py"] == blob
+    assert rec["provenance"]["code"]["lncourse/evidence/nope/stream_fast.py"] == blob
 
 
 def test_device_run_does_not_start_a_model_it_cannot_finish(tmp_path, monkeypatch):

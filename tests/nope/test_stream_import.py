@@ -1,5 +1,5 @@
 """Storing a device run of the Figure 2 probe, its readings and the chapter's sentences
-on it (lncourse.nope.stream_import, lncourse.nope.stream_gpu; issue 35 item 5)."""
+on it (lncourse.evidence.nope.stream_import, lncourse.evidence.nope.stream_gpu; issue 35 item 5)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lncourse import claims as C
-from lncourse.nope import stream_device as dev, stream_gpu as G, stream_import as si
+from lncourse.evidence import claims as C
+from lncourse.evidence.nope import stream_device as dev, stream_gpu as G, stream_import as si
 from lncourse.results import RESULTS_DIR, load_result
 
 STORED_GPU = RESULTS_DIR / "nope" / "stream_gpu.json"
@@ -38,7 +38,7 @@ def test_import_stores_the_devices_provenance_and_readings_that_recompute(
     rec = json.loads((folder / "stream_gpu.json").read_text())
     p = got["provenance"]
     assert p["device"] == rec["provenance"]["device"] and p["torch"] == rec["provenance"]["torch"]
-    assert p["command"].startswith("python -m lncourse.nope.stream_device")
+    assert p["command"].startswith("python -m lncourse.evidence.nope.stream_device")
     assert p["checked_errors"] == 2 * (3 * 4 + 3 * 1)    # stored: 4 per probe; paper: 1
     with np.load(tmp_path / "nope" / got["predictions"]) as f:
         arrays = {k: f[k] for k in f.files}

@@ -1,4 +1,4 @@
-"""What chapter 4 reads from the all-positions probe run (lncourse.nope.stream_report):
+"""What chapter 4 reads from the all-positions probe run (lncourse.evidence.nope.stream_report):
 the correlation of an answer with the position, the cross-fitted recalibration, and the
 chapter's sentences, each shown to fail on contrary numbers."""
 
@@ -9,8 +9,8 @@ import copy
 import numpy as np
 import pytest
 
-from lncourse.nope import stream_report as R
-from lncourse.nope.stream import errors
+from lncourse.evidence.nope import stream_report as R
+from lncourse.evidence.nope.stream import errors
 from lncourse.results import RESULTS_DIR, load_result
 
 T = 64

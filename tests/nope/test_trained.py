@@ -1,4 +1,4 @@
-"""The trained NoPE run of chapter 4 (lncourse.nope.trained): its measurements, and the
+"""The trained NoPE run of chapter 4 (lncourse.evidence.nope.trained): its measurements, and the
 guard that recomputes the stored run's numbers from the stored curves and weights."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.claims import flatten
-from lncourse.nope import trained
-from lncourse.results import RESULTS_DIR
+from lncourse.evidence.claims import flatten
+from lncourse.evidence.nope import trained
+from lncourse.results import RESULTS_DIR, today_command
 
 STORED = RESULTS_DIR / "nope" / "trained_lm.json"
 
@@ -95,7 +95,8 @@ def _check(stored: dict, weights, group: int) -> None:
 
 def test_a_run_stores_what_recomputes_its_numbers(tiny_run):
     stored, weights = tiny_run
-    assert stored["provenance"]["command"].startswith("python -m lncourse.nope.trained")
+    assert today_command(stored["provenance"]["command"]).startswith(
+        "python -m lncourse.evidence.nope.trained")
     layers = stored["before"]["layers"]
     assert len(layers) == 2 and all(l["slope_ci"][0] < l["slope"] < l["slope_ci"][1]
                                     for l in layers)
@@ -124,7 +125,7 @@ def test_an_edited_number_fails_the_check(tiny_run):
 
 @pytest.mark.replay
 @pytest.mark.skipif(not STORED.exists(), reason="the paper run (python -m "
-                    "lncourse.nope.trained --preset paper) is not stored yet")
+                    "lncourse.evidence.nope.trained --preset paper) is not stored yet")
 @pytest.mark.parametrize("group", [0, pytest.param(15, marks=pytest.mark.slow)])
 def test_stored_run_recomputes(group):
     """The stored run's reported slopes and uniformities recompute from its curves, and

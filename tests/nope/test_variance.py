@@ -11,7 +11,7 @@ import torch
 matplotlib.use("Agg")
 
 from lncourse.nope import lemmas as nope_lemmas, lm as nope_lm, variance as nope
-from lncourse.nope import probe as nope_probe
+from lncourse.evidence.nope import probe as nope_probe
 from lncourse.nope import figures as nope_plots  # noqa: E402
 from lncourse.results import RESULTS_DIR, load_result, today_command  # noqa: E402
 from lncourse.rng import SEED_LIMIT  # noqa: E402
@@ -365,7 +365,7 @@ def test_stored_probe_run_replays(path):
     cfg = nope_probe.ProbeConfig(**{k: tuple(v) if isinstance(v, list) else v
                                     for k, v in stored["config"].items()})
     assert today_command(stored["provenance"]["command"]).startswith(
-        "python -m lncourse.nope.probe")
+        "python -m lncourse.evidence.nope.probe")
     assert [r["seed"] for r in stored["results"]["causal"]] == list(cfg.seeds)
     P, steps = cfg.positions_per_seq, nope_probe.TRACE_STEPS
     for kind, causal in (("causal", True), ("bidirectional", False)):

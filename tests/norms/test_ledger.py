@@ -1,5 +1,5 @@
 """Every number chapter 5 reports from its stored file, recomputed and compared with its
-ledger (results/norms/reported.json; lncourse.norms.ledger): editing a stored value that a
+ledger (results/norms/reported.json; lncourse.evidence.norms.ledger): editing a stored value that a
 reported number depends on, or the ledger, fails
 test_every_reported_number_matches_the_ledger. The per-passage values themselves are
 recomputed from the models by test_real.py, the per-head counts and test losses from the
@@ -11,8 +11,8 @@ import copy
 
 import pytest
 
-from lncourse import claims as C
-from lncourse.norms import ledger as L
+from lncourse.evidence import claims as C
+from lncourse.evidence.norms import ledger as L
 from lncourse.results import RESULTS_DIR, load_result
 
 LEDGER = RESULTS_DIR / "norms" / "reported.json"
@@ -41,7 +41,7 @@ def logits():
 @pytest.fixture(scope="module")
 def extra():
     """The Peri-LN report and the majority arms' intervals the review section reads."""
-    from lncourse.norms import periln_report
+    from lncourse.evidence.norms import periln_report
     return {"periln": periln_report.reported(*periln_report.load()),
             "arms": L.arms_from_ledger(), "context": load_result(L.CONTEXT),
             "retrained": load_result(L.RETRAINED),
@@ -53,7 +53,7 @@ def test_every_reported_number_matches_the_ledger(stored, heads, vlens, logits, 
                             C.load_ledger(LEDGER))
     assert not differences, ("chapter 5's numbers differ from results/norms/reported.json "
                              "(the stored file or the ledger was changed; if a new run is "
-                             "meant, rewrite it: python -m lncourse.norms.ledger):\n  "
+                             "meant, rewrite it: python -m lncourse.evidence.norms.ledger):\n  "
                              + "\n  ".join(differences[:20]))
 
 
@@ -135,7 +135,7 @@ def test_an_edited_logit_growth_number_fails_the_ledger(stored, heads, vlens, lo
 
 
 # ------------------------------------------------------------ the review (norms.review)
-from lncourse.norms import review as R   # noqa: E402
+from lncourse.evidence.norms import review as R  # noqa: E402
 
 
 def test_an_edited_arms_interval_or_periln_loss_fails_the_ledger(stored, heads, vlens, logits,
@@ -169,7 +169,7 @@ def test_levels_and_the_learning_claims(heads, logits, extra):
     assert R.level(2.49, refs) == "bigram level"
     assert R.level(3.33, refs) == "unigram level"
     assert R.level(2.90, refs) == "between"
-    from lncourse.norms import logits as lg
+    from lncourse.evidence.norms import logits as lg
     summary = lg.summarize(logits["models"], lg.LogitsConfig.from_dict(logits["config"]))
     real = R.char_references()
     assert all(R.learning_claims(heads, summary, extra["periln"]["summary"], real).values())

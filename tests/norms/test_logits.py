@@ -1,4 +1,4 @@
-"""Attention-logit growth with and without QK-norm (lncourse.norms.logits; chapter 5).
+"""Attention-logit growth with and without QK-norm (lncourse.evidence.norms.logits; chapter 5).
 
 The pieces are checked against direct computations (the schedule, the largest logit over
 the pairs a causal head may read, LR sensitivity, the bound QK-norm's sphere gives); the
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.norms import logits as LG
+from lncourse.evidence.norms import logits as LG
 from lncourse.results import RESULTS_DIR, load_result
 
 STORED = RESULTS_DIR / "norms" / "logits.json"
@@ -153,7 +153,7 @@ def test_a_run_resumes_with_the_same_records(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def stored():
     if not STORED.exists():
-        pytest.fail(f"{STORED} is missing: python -m lncourse.norms.logits --preset paper")
+        pytest.fail(f"{STORED} is missing: python -m lncourse.evidence.norms.logits --preset paper")
     return load_result(STORED), torch.load(STORED.with_suffix(".pt"), weights_only=True)
 
 

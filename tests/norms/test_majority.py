@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lncourse import claims as C
+from lncourse.evidence import claims as C
 from lncourse.majority import task
 from lncourse.norms import majority as NM
-from lncourse.norms import majority_report as R
-from lncourse.norms.majority_run import ArmsConfig, train
-from lncourse.results import RESULTS_DIR, load_result
+from lncourse.evidence.norms import majority_report as R
+from lncourse.evidence.norms.majority_run import ArmsConfig, train
+from lncourse.results import RESULTS_DIR, load_result, today_command
 
 
 def _params(seed: int, perturb: bool = True) -> dict:
@@ -199,7 +199,7 @@ LEDGER = RESULTS_DIR / f"{R.LEDGER}.json"
 @pytest.fixture(scope="module")
 def runs():
     """name -> (stored history, its test set) of each stored run of the arms."""
-    from lncourse.norms.majority_run import test_data
+    from lncourse.evidence.norms.majority_run import test_data
     out = {}
     for name, source in R.RUNS.items():
         stored = load_result(source)
@@ -216,7 +216,7 @@ def test_every_reported_number_matches_the_ledger(computed):
     differences = C.compare(computed, C.load_ledger(LEDGER))
     assert not differences, ("the majority arms' numbers differ from their ledger (rewrite "
                              "it if a new run is meant: python -m "
-                             "lncourse.norms.majority_report):\n  " + "\n  ".join(differences[:20]))
+                             "lncourse.evidence.norms.majority_report):\n  " + "\n  ".join(differences[:20]))
 
 
 @pytest.mark.parametrize("name", sorted(R.RUNS))
@@ -260,7 +260,7 @@ def test_command_line_stores_a_run_and_exports_a_partial_one(tmp_path, monkeypat
     import json
 
     from lncourse import results
-    from lncourse.norms import majority_run
+    from lncourse.evidence.norms import majority_run
 
     monkeypatch.setattr(results, "git_commit", lambda: "c" * 40)   # as from a clean clone
     monkeypatch.setattr(majority_run, "RESULTS_DIR", tmp_path)
@@ -268,7 +268,8 @@ def test_command_line_stores_a_run_and_exports_a_partial_one(tmp_path, monkeypat
     majority_run.main(["--preset", "tiny", "--out", str(out), "--quiet", "--max-seconds", "0"])
     h = json.loads(out.read_text())            # stopped after its first evaluation past 0 s
     assert h["step"] == [0, 10] and h["complete"] is False
-    assert h["provenance"]["command"].startswith("python -m lncourse.norms.majority_run")
+    assert today_command(h["provenance"]["command"]).startswith(
+        "python -m lncourse.evidence.norms.majority_run")
     assert results.describe(h).endswith("INCOMPLETE: the first 10 of 20 steps")
     partial = tmp_path / "partial.json"
     majority_run.main(["--preset", "tiny", "--out", str(out), "--export-partial"])
@@ -284,7 +285,7 @@ def test_command_line_stores_a_run_and_exports_a_partial_one(tmp_path, monkeypat
 
 def test_the_paper_batch_claims_fail_on_contrary_numbers(computed):
     """Each claim of verdict.arms_batch_claims turns False when its run says otherwise."""
-    from lncourse.norms import verdict
+    from lncourse.evidence.norms import verdict
 
     s = computed["paper_batch"]
     cases = {"no_projection not faster": ("verdict", "no_projection", "tuned", "not resolved"),

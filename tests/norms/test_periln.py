@@ -1,4 +1,4 @@
-"""Peri-LN in the logit-growth sweep (lncourse.norms.periln; chapter 5).
+"""Peri-LN in the logit-growth sweep (lncourse.evidence.norms.periln; chapter 5).
 
 The bound Peri-LN's output norm sets on what a sublayer adds is checked on random weights
 and shown tight; the stored run (results/norms/periln.json, weights in periln.pt) is
@@ -14,10 +14,10 @@ import math
 import pytest
 import torch
 
-from lncourse import claims as C
-from lncourse.norms import logits as LG
-from lncourse.norms import periln as P
-from lncourse.norms import periln_report as R
+from lncourse.evidence import claims as C
+from lncourse.evidence.norms import logits as LG
+from lncourse.evidence.norms import periln as P
+from lncourse.evidence.norms import periln_report as R
 from lncourse.results import RESULTS_DIR
 
 STORED = RESULTS_DIR / f"{R.SOURCE}.json"
@@ -92,7 +92,7 @@ def test_peri_ln_starts_from_the_pre_ln_weights_of_its_seed(variant):
 @pytest.fixture(scope="module")
 def stored():
     if not STORED.exists():
-        pytest.fail(f"{STORED} is missing: python -m lncourse.norms.periln --preset paper")
+        pytest.fail(f"{STORED} is missing: python -m lncourse.evidence.norms.periln --preset paper")
     return R.load()
 
 
@@ -163,7 +163,7 @@ def recomputed(stored):
 def test_every_reported_number_matches_the_ledger(recomputed):
     differences = C.compare(recomputed, C.load_ledger(LEDGER))
     assert not differences, ("the Peri-LN numbers differ from their ledger (rewrite it if a "
-                             "new run is meant: python -m lncourse.norms.periln_report):\n  "
+                             "new run is meant: python -m lncourse.evidence.norms.periln_report):\n  "
                              + "\n  ".join(differences[:20]))
 
 

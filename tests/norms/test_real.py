@@ -10,9 +10,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from lncourse.norms import real
+from lncourse.evidence.norms import real
 from lncourse.norms.hidden import STATS
-from lncourse.results import load_result
+from lncourse.results import load_result, today_command
 
 pytest.importorskip("gguf")
 
@@ -61,7 +61,8 @@ def test_summaries_are_the_per_passage_means_and_intervals(stored):
 
 def test_config_is_the_paper_preset(stored):
     assert stored["config"] == dataclasses.asdict(real.RealConfig.paper())
-    assert stored["provenance"]["command"].startswith("python -m lncourse.norms.real")
+    assert today_command(stored["provenance"]["command"]).startswith(
+        "python -m lncourse.evidence.norms.real")
 
 
 def test_passages_are_fixed_and_start_at_a_line():
@@ -72,6 +73,6 @@ def test_passages_are_fixed_and_start_at_a_line():
 
 
 def test_the_chapters_claims_hold_on_the_stored_measurements(stored):
-    from lncourse.norms.verdict import claims
+    from lncourse.evidence.norms.verdict import claims
     failed = [c for c, ok in claims(stored).items() if not ok]
     assert not failed, failed

@@ -1,6 +1,6 @@
 """Chapter 5's per-head models retrained with the recipe that learns
-(lncourse.norms.retrained), and attention's contribution in the stored models
-(lncourse.norms.context_use): numbers recompute from the stored weights, and the claims
+(lncourse.evidence.norms.retrained), and attention's contribution in the stored models
+(lncourse.evidence.norms.context_use): numbers recompute from the stored weights, and the claims
 fail on contrary numbers."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.norms import context_use as C
-from lncourse.norms import retrained as R
-from lncourse.norms import retrained_models as M
-from lncourse.norms import trained
+from lncourse.evidence.norms import context_use as C
+from lncourse.evidence.norms import retrained as R
+from lncourse.evidence.norms import retrained_models as M
+from lncourse.evidence.norms import trained
 from lncourse.results import RESULTS_DIR
 from lncourse.tolerance import TOKEN_LOSS_ATOL
 

@@ -1,4 +1,4 @@
-"""Per-head selectability of trained models under four norms (lncourse.norms.trained): the
+"""Per-head selectability of trained models under four norms (lncourse.evidence.norms.trained): the
 run stores what recomputes its numbers, and an edited number fails the check."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.claims import flatten
+from lncourse.evidence.claims import flatten
 from lncourse.lm import evaluate_lm
-from lncourse.norms import trained
+from lncourse.evidence.norms import trained
 from lncourse.norms.heads import _strict_hull
 from lncourse.results import RESULTS_DIR
 
@@ -225,7 +225,7 @@ def test_stored_run_recomputes_first_and_last_seed(stored, variant):
     (scripts/perturbed.sh: other kernels) asks only whether the tolerances hold
     on another CPU's arithmetic, which both seeds take the same paths through, so it
     recomputes the first seed; the first pass checks both against an edit."""
-    from lncourse.selectability.kernel import portable_build as portable_pass
+    from lncourse.evidence.selectability.kernel import portable_build as portable_pass
     seeds = stored["config"]["seeds"]
     for seed in (seeds[:1] if portable_pass() else (seeds[0], seeds[-1])):
         _check(stored, variant, seed)

@@ -7,7 +7,7 @@ import torch
 
 from lncourse.results import RESULTS_DIR, load_result
 from lncourse.selectability.exact import selectability_batch
-from lncourse.selectability.fused import fused_losses, scaling_flags, stack_models
+from lncourse.evidence.selectability.fused import fused_losses, scaling_flags, stack_models
 from lncourse.selectability.lm import (KeysLMConfig, held_out_contexts, layer_vectors,
                                        load_model, tokenized)
 
@@ -41,7 +41,7 @@ def test_stored_trainer_benchmarks_replay_their_first_losses(path):
     """Each stored trainer benchmark (one thread, two threads): the first-step losses of
     all six models come out of today's fused code; the speed-ups are the ratios of the
     stored seconds; the losses agreed."""
-    from lncourse.selectability.seeds import SeedsConfig, models_of
+    from lncourse.evidence.selectability.seeds import SeedsConfig, models_of
     from lncourse.text import sample_batch
     stored = load_result(path)
     cfg = SeedsConfig.table1()

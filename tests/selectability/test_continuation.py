@@ -10,12 +10,12 @@ import pytest
 
 from lncourse.checkpoint import load_checkpoint
 from lncourse.results import RESULTS_DIR, load_result
-from lncourse.selectability import seeds_continue as C
+from lncourse.evidence.selectability import seeds_continue as C
 from lncourse.selectability.experiments import prefix_fractions
-from lncourse.selectability.fused import scaling_flags, stack_models
-from lncourse.selectability.kernel import portable_build as portable_pass
+from lncourse.evidence.selectability.fused import scaling_flags, stack_models
+from lncourse.evidence.selectability.kernel import portable_build as portable_pass
 from lncourse.selectability.lm import held_out_contexts, layer_vectors
-from lncourse.selectability.train import fused_evaluate
+from lncourse.evidence.selectability.train import fused_evaluate
 
 EXPORT = RESULTS_DIR / "selectability" / "seeds_table1_50000.json"
 CKPT = RESULTS_DIR / "checkpoints" / "selectability_seeds_table1_50000.ckpt"
@@ -65,7 +65,7 @@ def _statements(result: dict, seeds: dict) -> dict[str, bool]:
     34,000 has a mean under half a point but an interval past the ±2-point band (so the
     prediction failed on the interval's width, not on the level); every model's test loss
     fell from step 34,000 and ends at least 0.2 nats below the bigram table."""
-    from lncourse.selectability import seeds_stats as S
+    from lncourse.evidence.selectability import seeds_stats as S
 
     got = {c.key: c for c in S.continuation_claims(result)}
     t50, moved = got["table1_50000"].values, got["table1_34000_to_50000"]
@@ -108,7 +108,7 @@ def test_step_50000_every_cell_recomputes():
     """Every step-50,000 cell of the export (3 models x 4 layers x the held-out contexts,
     before and after the norm), measured again from the committed checkpoint: the export's
     own measurement, repeated (about 10 minutes of one core)."""
-    from lncourse.selectability.seeds_measure import measure
+    from lncourse.evidence.selectability.seeds_measure import measure
 
     result = load_result("selectability/seeds_table1_50000")
     cfg = C.PRESETS["table1"]()

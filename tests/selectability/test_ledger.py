@@ -1,5 +1,5 @@
 """Every number chapter 2 reports from its stored files, recomputed and compared with its
-ledger (results/selectability/reported.json; lncourse.selectability.ledger): editing a
+ledger (results/selectability/reported.json; lncourse.evidence.selectability.ledger): editing a
 stored value that a reported number depends on, or the ledger, fails
 test_every_reported_number_matches_the_ledger. The measurements themselves are
 recomputed from the stored weights by test_lm.py and test_seeds.py."""
@@ -10,10 +10,10 @@ import copy
 
 import pytest
 
-from lncourse import claims as C
+from lncourse.evidence import claims as C
 from lncourse.results import RESULTS_DIR
-from lncourse.selectability import ledger as L
-from lncourse.selectability.report import FULL, NO_SCALING
+from lncourse.evidence.selectability import ledger as L
+from lncourse.evidence.selectability.report import FULL, NO_SCALING
 
 LEDGER = RESULTS_DIR / "selectability" / "reported.json"
 
@@ -28,7 +28,7 @@ def test_every_reported_number_matches_the_ledger(runs):
     assert not differences, ("chapter 2's numbers differ from results/selectability/"
                              "reported.json (a stored file or the ledger was changed; if a "
                              "new run is meant, rewrite it: python -m "
-                             "lncourse.selectability.ledger):\n  "
+                             "lncourse.evidence.selectability.ledger):\n  "
                              + "\n  ".join(differences[:20]))
 
 
@@ -80,17 +80,17 @@ def test_an_edited_stored_number_fails_the_ledger(runs, what):
 
 
 def test_chapter2_claims_hold_for_the_stored_runs(runs):
-    from lncourse.selectability.claims import lm_claims, tokenisation_claims
-    from lncourse.selectability.seeds_measure import claims as seed_claims
+    from lncourse.evidence.selectability.claims import lm_claims, tokenisation_claims
+    from lncourse.evidence.selectability.seeds_measure import claims as seed_claims
     got = (lm_claims(runs["stored"], runs["stored_bpe"]) + seed_claims(runs["seeds"])
            + tokenisation_claims(runs["stored"], runs["paper_bpe"], runs["seeds"]))
     assert not C.check_claims(got), C.check_claims(got)
 
 
 def test_each_claim_fails_on_contrary_numbers(runs):
-    """Each claim of lncourse.selectability.claims turns False when the stored run says
+    """Each claim of lncourse.evidence.selectability.claims turns False when the stored run says
     otherwise; the sentence on the gap to Table 1 reads right on either side of it."""
-    from lncourse.selectability.claims import lm_claims
+    from lncourse.evidence.selectability.claims import lm_claims
 
     def verdicts(r):
         return {c.key: c for c in lm_claims(r["stored"], r["stored_bpe"])}
@@ -125,7 +125,7 @@ def test_each_claim_fails_on_contrary_numbers(runs):
 
 def test_each_tokenisation_claim_fails_on_contrary_numbers(runs):
     """The claims on BPE at n = 1,024 turn False when the stored runs say otherwise."""
-    from lncourse.selectability.claims import tokenisation_claims
+    from lncourse.evidence.selectability.claims import tokenisation_claims
 
     def verdicts(r):
         return {c.key: c.holds

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.selectability import report
+from lncourse.evidence.selectability import report
 from lncourse.lm import TRACE_STEPS, evaluate_lm, train_lm
 from lncourse.results import RESULTS_DIR, load_result, today_command
 from lncourse.selectability.exact import selectability_batch

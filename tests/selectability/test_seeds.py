@@ -13,11 +13,11 @@ from lncourse.lm import evaluate_lm
 from lncourse.results import RESULTS_DIR, load_result, today_command
 from lncourse.selectability.experiments import prefix_fractions
 from lncourse.selectability.lm import layer_vectors, tokenized
-from lncourse.selectability.fused import scaling_flags, stack_models
-from lncourse.selectability.kernel import portable_build as portable_pass
-from lncourse.selectability.seeds import SeedsConfig, checkpoint_state, train
-from lncourse.selectability.train import fused_evaluate
-from lncourse.selectability.seeds_measure import (claims, curve, layer_rows, measure,
+from lncourse.evidence.selectability.fused import scaling_flags, stack_models
+from lncourse.evidence.selectability.kernel import portable_build as portable_pass
+from lncourse.evidence.selectability.seeds import SeedsConfig, checkpoint_state, train
+from lncourse.evidence.selectability.train import fused_evaluate
+from lncourse.evidence.selectability.seeds_measure import (claims, curve, layer_rows, measure,
                                                   models_at, result_of)
 
 
@@ -34,7 +34,7 @@ def test_an_export_from_warmed_measurements_is_the_same(quick, tmp_path, monkeyp
     """Two processes warm the cache with half of the models each; the export then measures
     nothing and stores what a plain export stores (a cache keyed by the weights alone
     would hand a variant the other's cells at step 0)."""
-    from lncourse.selectability import seeds_measure as S
+    from lncourse.evidence.selectability import seeds_measure as S
 
     cfg, _, result, ck = quick
     state = checkpoint_state(cfg, ck)
@@ -127,7 +127,7 @@ def test_stored_seeds_recompute_from_their_weights(path):
     result = load_result(path)
     cfg = SeedsConfig.from_dict(result["config"])
     assert today_command(result["provenance"]["command"]).startswith(
-        "python -m lncourse.selectability.seeds")
+        "python -m lncourse.evidence.selectability.seeds")
     _, _, test_ids = tokenized(cfg.lm)
     last = result["snapshot_steps_done"][-1]
     at = result["step"].index(last)
@@ -182,7 +182,7 @@ def test_the_plateau_claim_states_what_the_steps_after_its_prediction_show():
     """The prediction set at the step-6,000 export (within 3 points of step 1,000's value
     from there on) failed at the step-14,000 export; the claim says so, and turns False if
     the later steps had stayed in the band or the earlier ones had left it."""
-    from lncourse.selectability import seeds_measure as M
+    from lncourse.evidence.selectability import seeds_measure as M
 
     path = RESULTS_DIR / "selectability" / "seeds_table1.json"
     stored = json.loads(path.read_text())
@@ -201,7 +201,7 @@ def test_the_plateau_claim_states_what_the_steps_after_its_prediction_show():
 
 
 def test_the_settled_claim_reads_the_last_steps_change(quick, monkeypatch):
-    from lncourse.selectability import seeds_measure as S
+    from lncourse.evidence.selectability import seeds_measure as S
 
     _, _, result, _ = quick
     monkeypatch.setattr(S, "SETTLE_SINCE", 10)

@@ -1,7 +1,7 @@
-"""Chapter 2's replication statistics over seeds (lncourse.selectability.seeds_stats):
+"""Chapter 2's replication statistics over seeds (lncourse.evidence.selectability.seeds_stats):
 the intervals against their formulas, each claim holding on the stored seeded run and
 failing on contrary numbers; and the continuation of the no-scaling models to step
-50,000 (lncourse.selectability.seeds_continue) against training them straight through."""
+50,000 (lncourse.evidence.selectability.seeds_continue) against training them straight through."""
 
 import copy
 import dataclasses
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from lncourse.results import load_result
-from lncourse.selectability import seeds_stats as S
+from lncourse.evidence.selectability import seeds_stats as S
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +102,10 @@ def test_the_continuation_is_the_run_trained_straight_through(tmp_path):
     """Cut out of a finished quick run at step 20 and carried on to 40, the no-scaling
     models have the histories and weights of those models trained to 40 in one go
     (the optimiser keeps its moments; the generators their state)."""
-    from lncourse.selectability import seeds as SD
-    from lncourse.selectability import seeds_continue as C
+    from lncourse.evidence.selectability import seeds as SD
+    from lncourse.evidence.selectability import seeds_continue as C
     from lncourse.selectability.lm import build_model, tokenized
-    from lncourse.selectability.train import train_fused
+    from lncourse.evidence.selectability.train import train_fused
 
     cfg = C.ContinueConfig.quick()
     SD.train(cfg.source, tmp_path / "src.ckpt", progress=False)
@@ -128,7 +128,7 @@ def test_the_continuation_is_the_run_trained_straight_through(tmp_path):
 
 
 def test_the_continuation_refuses_an_unfinished_source():
-    from lncourse.selectability import seeds_continue as C
+    from lncourse.evidence.selectability import seeds_continue as C
     cfg = C.ContinueConfig.quick()
     with pytest.raises(ValueError, match="not its last step"):
         C.continuation_state(cfg, {"step": 10})
@@ -140,9 +140,9 @@ def test_the_continuation_refuses_an_unfinished_source():
 def quick_continuation(tmp_path_factory):
     """A quick seeded run (to step 20), its continuation to 40, and the seeded export's
     cells of the kept (no-scaling) models at step 20."""
-    from lncourse.selectability import seeds as SD
-    from lncourse.selectability import seeds_continue as C
-    from lncourse.selectability.seeds_measure import result_of
+    from lncourse.evidence.selectability import seeds as SD
+    from lncourse.evidence.selectability import seeds_continue as C
+    from lncourse.evidence.selectability.seeds_measure import result_of
 
     tmp_path = tmp_path_factory.mktemp("continuation")
     cfg = C.ContinueConfig.quick()
@@ -160,7 +160,7 @@ def test_the_continuation_export_measures_both_steps(quick_continuation):
     run's own export measured them there, and at the continuation's last step."""
     import json
 
-    from lncourse.selectability import seeds_continue as C
+    from lncourse.evidence.selectability import seeds_continue as C
 
     cfg, state, cells = quick_continuation
     got = json.loads(json.dumps(C.export(cfg, state)))

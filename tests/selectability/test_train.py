@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lncourse.selectability import kernel
+from lncourse.evidence.selectability import kernel
 from lncourse.lm import train_lm
-from lncourse.selectability.fused import fused_losses, scaling_flags, stack_models, unstack
-from lncourse.selectability import train as train_module
-from lncourse.selectability.train import train_fused
+from lncourse.evidence.selectability.fused import fused_losses, scaling_flags, stack_models, unstack
+from lncourse.evidence.selectability import train as train_module
+from lncourse.evidence.selectability.train import train_fused
 from lncourse.text import CharTokenizer, load_shakespeare, split_ids
 from lncourse.transformer import GPT, TransformerConfig
 

@@ -1,0 +1,1 @@
+"""Chapter 3's evidence: what its replication page and its tests read (see AUTHORING.md)."""
