@@ -168,8 +168,9 @@ def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
                                         "drawn from (any text you keep to yourself; default: "
                                         "the environment variable LNCOURSE_HIDDEN_KEY); "
                                         "required with --hidden")
-    p.add_argument("--chapter", help="the class's chapter (default: the one most "
-                                     "submissions name)")
+    p.add_argument("--chapter", help="the class's chapter (default: the one that more "
+                                     "than half of the students' files name, one vote "
+                                     "per student; otherwise the grader asks for it)")
     p.add_argument("--memory-mb", type=_positive(int, 64), default=memory_mb,
                    help=f"memory cap per exercise, in MB (default {memory_mb})")
     p.add_argument("--workers", type=_positive(int, 1),

@@ -33,8 +33,8 @@ from pathlib import Path
 from lncourse.grading.checker import Outcome, Job, run_jobs
 from lncourse.grading.exercises import Chapter, chapter as find_chapter
 from lncourse.grading.sheet import feedback, summary, write_csv, write_lms
-from lncourse.grading.submission import (chapter_of_class, fingerprint, program_for,
-                                         read_submission)
+from lncourse.grading.submission import (UnclearChapter, chapter_of_class, fingerprint,
+                                         program_for, read_submission)
 
 __all__ = ["Outcome", "Graded", "grade", "write_csv", "write_lms", "feedback", "summary",
            "student_ids", "main"]
@@ -135,7 +135,11 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
     submissions = [_read(p) for p in paths]
     from lncourse.grading.cli import student_ids, submission_name
     ids = student_ids(paths, submissions, roster, id_pattern, id_from_metadata)
-    ch = find_chapter(chapter) if chapter is not None else chapter_of_class(submissions)
+    try:
+        ch = find_chapter(chapter) if chapter is not None else chapter_of_class(
+            submissions, [ids[str(p)].id or str(p) for p in paths])
+    except UnclearChapter as err:
+        raise SystemExit(str(err)) from None
     if ch is None:
         raise SystemExit("none of the submissions names a chapter; pass --chapter N")
     graded, jobs, where, prints = [], [], [], []

@@ -283,7 +283,36 @@ def _missing(sub: Submission, exercise: Exercise) -> str:
             "(deleted?)" + (f"; cells with syntax errors: {', '.join(broken)}" if broken else ""))
 
 
-def chapter_of_class(submissions: list[Submission]) -> Chapter | None:
-    """The chapter most of the submissions belong to."""
-    counts = Counter(s.chapter.stem for s in submissions if s.chapter)
-    return find_chapter(counts.most_common(1)[0][0]) if counts else None
+class UnclearChapter(ValueError):
+    """The submissions do not clearly belong to one chapter: the teacher names it."""
+
+
+def chapter_of_class(submissions: list[Submission],
+                     students: list[str] | None = None) -> Chapter | None:
+    """The chapter of the class, decided so that no student can sway it: each student
+    (``students[i]`` is the ID of ``submissions[i]``; without IDs, each file) has one vote,
+    for the chapter all of their files name (a student whose files name several chapters
+    casts none), and a chapter needs more than half of the votes cast. None when no file
+    names a chapter; :class:`UnclearChapter`, whose message asks for ``--chapter``, when no
+    chapter has that majority (a tie of one student against another, for example)."""
+    students = list(range(len(submissions))) if students is None else list(students)
+    if len(students) != len(submissions):
+        raise ValueError("one student ID per submission")
+    named: dict = {}
+    for who, sub in zip(students, submissions):
+        if sub.chapter is not None:
+            named.setdefault(who, set()).add(sub.chapter.stem)
+    votes = Counter(next(iter(chs)) for chs in named.values() if len(chs) == 1)
+    if not named:
+        return None
+    cast = sum(votes.values())
+    if votes:
+        stem, n = votes.most_common(1)[0]
+        if 2 * n > cast:
+            return find_chapter(stem)
+    tally = ", ".join(f"{stem}: {n}" for stem, n in votes.most_common()) or "none"
+    split = sum(len(chs) > 1 for chs in named.values())
+    raise UnclearChapter(
+        "the submissions do not clearly belong to one chapter (students per chapter: "
+        f"{tally}" + (f"; {split} handed in files of several chapters" if split else "")
+        + "); name the class's chapter with --chapter N")

@@ -600,3 +600,50 @@ def test_a_cell_magic_that_is_not_python_says_what_to_change(tmp_path):
     nbformat.write(nb, tmp_path / "magic.ipynb")
     _, problem = program_for(read_submission(tmp_path / "magic.ipynb"), CH.exercises[0])
     assert "cell magic %%writefile" in problem and "without %%writefile" in problem, problem
+
+
+# ----------------------------------------------- the class's chapter, which no student sways
+def _subs(*stems):
+    from types import SimpleNamespace
+    return [SimpleNamespace(chapter=None if s is None else SimpleNamespace(stem=s))
+            for s in stems]
+
+
+def test_extra_files_of_one_student_cannot_decide_the_class_chapter():
+    """A student who hands in many files claiming another chapter has one vote; a tie,
+    or a class without a majority, is refused and the teacher names the chapter."""
+    from lncourse.grading.submission import UnclearChapter, chapter_of_class
+
+    ch1, ch3 = "01_layernorm_geometry", "03_majority"
+    # three honest students; mallory hands in five chapter-3 files: chapter 1 still
+    subs = _subs(ch1, ch1, ch1, *[ch3] * 5)
+    who = ["ann", "ben", "cleo", *["mallory"] * 5]
+    assert chapter_of_class(subs, who).stem == ch1
+    # one honest student and one attacker: a 1-1 tie decides nothing
+    with pytest.raises(UnclearChapter, match=r"--chapter N"):
+        chapter_of_class(_subs(ch1, ch3, ch3), ["ann", "mallory", "mallory"])
+    # a student whose files name two chapters casts no vote
+    assert chapter_of_class(_subs(ch1, ch1, ch3), ["ann", "mal", "mal"]).stem == ch1
+    with pytest.raises(UnclearChapter, match="1 handed in files of several chapters"):
+        chapter_of_class(_subs(ch1, ch3), ["mal", "mal"])
+    # without IDs each file votes, as before; no chapter named at all: None
+    assert chapter_of_class(_subs(ch3, ch3, ch1)).stem == ch3
+    assert chapter_of_class(_subs(None, None)) is None
+
+
+def test_an_unclear_class_stops_the_grader_with_a_message(tmp_path):
+    """The command line prints the reason and grades nobody (no sheet of zeros)."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    for name, stem in (("ann.ipynb", "01_layernorm_geometry"), ("bob.ipynb", "03_majority")):
+        nb = nbformat.v4.new_notebook(metadata={"lncourse": {"chapter": stem}})
+        nbformat.write(nb, tmp_path / name)
+    done = subprocess.run([sys.executable, "-m", "lncourse.grading.grade",
+                           str(tmp_path / "ann.ipynb"), str(tmp_path / "bob.ipynb"),
+                           "--out", str(tmp_path / "grades.csv")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "--chapter N" in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "grades.csv").exists()
