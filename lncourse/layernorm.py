@@ -1,4 +1,6 @@
-"""LayerNorm as geometry: a projection, a scaling and an affine map (chapter 1).
+"""Every normalisation of the course, in one module: LayerNorm as geometry (a projection,
+a scaling and an affine map; chapter 1) and today's normalisations as small modules
+(chapter 5), with the table of norms the course's transformer takes by name.
 
 For x in R^d (the last axis of a tensor):
 
@@ -9,6 +11,16 @@ For x in R^d (the last axis of a tensor):
 
 ``layer_norm(x) = g(f(x))`` (no affine), ``rms_norm(x) = g(x)`` (no projection).
 Shapes: every function maps ``(..., d) -> (..., d)``.
+
+As modules: :class:`FactorizedLayerNorm` (LayerNorm with its projection or its scaling
+switched off); :class:`RMSNorm`, the scaling without the projection (LLaMA, Mistral,
+SmolLM); :func:`qk_norm_scores` and :class:`HeadRMSNorm`, QK-norm: an RMSNorm on each
+head's queries and keys (ViT-22B, OLMo 2, Gemma 3), every key of a head on a sphere;
+:class:`DyT`, γ·tanh(αx) + β elementwise, with neither projection nor scaling (Zhu et al.
+2025); :func:`unit` and :class:`NGPTUpdate`, nGPT's hidden vectors on the unit sphere
+moved toward each sublayer's normalised output by a learned step; :class:`PeriLN`, a norm
+on a sublayer's input and another on its output. :func:`make_norm` builds one by its name
+in :data:`NORMS`. Attention tensors are (B, H, T, dh).
 
 Numerics: float16 and bfloat16 inputs are computed in float32 and the result is cast
 back, and every row is divided by a power of two near its largest |entry| before
@@ -30,6 +42,8 @@ from lncourse.modes import scaled
 __all__ = [
     "project", "scale", "projection_matrix", "layer_norm", "rms_norm",
     "FactorizedLayerNorm", "validate_vectors", "scaled_rows", "GeometryConfig",
+    "NORMS", "NORM_ALIASES", "make_norm", "RMSNorm", "qk_norm_scores", "HeadRMSNorm", "DyT", "unit",
+    "NGPTUpdate", "PeriLN",
 ]
 
 
@@ -231,3 +245,106 @@ class GeometryConfig:
         :mod:`lncourse.modes`."""
         return dataclasses.replace(self, n_points=scaled(self.n_points, scale, 50),
                                    n_sentences=scaled(self.n_sentences, scale, 2))
+
+
+# ------------------------------------------------------- the course's norms by name
+NORMS = {
+    "layernorm": (True, True),
+    "no_scaling": (True, False),
+    "no_projection": (False, True),
+    "none": None,
+    "dyt": "dyt",          # DyT: gamma * tanh(alpha x) + beta, elementwise (no P, no S)
+}
+# other names the configurations accept for a norm of NORMS
+NORM_ALIASES = {"rmsnorm": "no_projection", "rms_norm": "no_projection"}
+
+
+class DyT(nn.Module):
+    """Dynamic tanh (Zhu et al. 2025): γ ⊙ tanh(α x) + β, elementwise, one learned α
+    (``beta`` False: no β, as in the released LLaMA code)."""
+
+    def __init__(self, d: int, alpha: float = 0.5, beta: bool = True):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d)) if beta else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.weight * torch.tanh(self.alpha * x)
+        return y if self.bias is None else y + self.bias
+
+
+class HeadRMSNorm(nn.Module):
+    """QK-norm: each head's dh channels of (..., d) scaled to RMS 1, times a learned gain
+    shared by the heads (dh,): a head's keys then lie on an ellipse, all hull vertices."""
+
+    def __init__(self, n_heads: int, dh: int, eps: float = 1e-6):
+        super().__init__()
+        self.n_heads, self.eps = n_heads, eps
+        self.weight = nn.Parameter(torch.ones(dh))
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.unflatten(-1, (self.n_heads, -1))
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return h.flatten(-2)
+
+
+def make_norm(name: str, d: int, dyt_alpha: float = 0.5, dyt_beta: bool = True
+              ) -> nn.Module:
+    """The norm called ``name`` (a key of :data:`NORMS`) as a module, with affine γ, β."""
+    flags = NORMS[name]
+    if flags is None:
+        return nn.Identity()
+    if flags == "dyt":
+        return DyT(d, dyt_alpha, dyt_beta)
+    return FactorizedLayerNorm(d, projection=flags[0], scaling=flags[1])
+
+
+# ------------------------------------------------------------- today's normalisations
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x²) + eps) · g: on the sphere of radius √d before the gain g."""
+
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(d)), eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def qk_norm_scores(q: Tensor, k: Tensor, eps: float = 1e-6) -> Tensor:
+    """Attention logits with QK-norm: RMSNorm (no gain) on each query and key over the
+    head's dh channels, then q·k / √dh. q: (..., Tq, dh), k: (..., Tk, dh) -> (..., Tq, Tk).
+    Every normalised key has norm √dh, so it lies on a sphere: each is a vertex of their
+    convex hull, and selectable (chapter 2's Theorem 1)."""
+    def rms(x: Tensor) -> Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return rms(q) @ rms(k).transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+
+def unit(x: Tensor, eps: float = 1e-12) -> Tensor:
+    """x / ||x||: onto the unit sphere (nGPT's only normalisation)."""
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(eps)
+
+
+class NGPTUpdate(nn.Module):
+    """nGPT's residual step: h <- unit(h + α ⊙ (unit(f(h)) - h)), with h on the unit
+    sphere and α a learned per-channel step (Loshchilov et al. 2024)."""
+
+    def __init__(self, d: int, alpha: float = 0.05):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.full((d,), float(alpha)))
+
+    def forward(self, h: Tensor, sublayer_out: Tensor) -> Tensor:
+        return unit(h + self.alpha * (unit(sublayer_out) - h))
+
+
+class PeriLN(nn.Module):
+    """x + N_out(F(N_in(x))): Pre-LN's input norm and one more on the sublayer's output."""
+
+    def __init__(self, sublayer: nn.Module, d: int, norm=RMSNorm):
+        super().__init__()
+        self.sublayer, self.norm_in, self.norm_out = sublayer, norm(d), norm(d)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.norm_out(self.sublayer(self.norm_in(x)))

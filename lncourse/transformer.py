@@ -19,23 +19,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lncourse.attention import self_attention
-from lncourse.layernorm import FactorizedLayerNorm
+from lncourse.layernorm import (  # noqa: F401  (the model names its norms there)
+    NORMS, NORM_ALIASES, DyT, HeadRMSNorm, make_norm)
 
 __all__ = ["NORMS", "TransformerConfig", "DyT", "HeadRMSNorm", "make_norm", "Attention",
            "Block", "GPT"]
 
 # norm name -> (projection, scaling) of FactorizedLayerNorm; "none" is the identity.
 # One name per norm: LayerNorm without projection *is* RMSNorm (chapter 1).
-NORMS = {
-    "layernorm": (True, True),
-    "no_scaling": (True, False),
-    "no_projection": (False, True),
-    "none": None,
-    "dyt": "dyt",          # DyT: gamma * tanh(alpha x) + beta, elementwise (no P, no S)
-}
-_OTHER_NAMES = {"rmsnorm": "no_projection", "rms_norm": "no_projection"}
-
-
 @dataclass(frozen=True)
 class TransformerConfig:
     """Everything that defines a :class:`GPT`; checked on creation."""
@@ -67,8 +58,8 @@ class TransformerConfig:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads "
                              f"({self.n_heads})")
         for name in (self.norm, self.norm_attn or self.norm):
-            if name in _OTHER_NAMES:
-                raise ValueError(f"norm {name!r} is called {_OTHER_NAMES[name]!r} here "
+            if name in NORM_ALIASES:
+                raise ValueError(f"norm {name!r} is called {NORM_ALIASES[name]!r} here "
                                  "(LayerNorm without projection is RMSNorm)")
             if name not in NORMS:
                 raise ValueError(f"unknown norm {name!r}; choose from {sorted(NORMS)}")
@@ -80,47 +71,6 @@ class TransformerConfig:
         if self.emb_scale is not None and not 0 < self.emb_scale < float("inf"):
             raise ValueError(f"emb_scale must be None or finite and positive, got "
                              f"{self.emb_scale}")
-
-
-class DyT(nn.Module):
-    """Dynamic tanh (Zhu et al. 2025): γ ⊙ tanh(α x) + β, elementwise, one learned α
-    (``beta`` False: no β, as in the released LLaMA code)."""
-
-    def __init__(self, d: int, alpha: float = 0.5, beta: bool = True):
-        super().__init__()
-        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
-        self.weight = nn.Parameter(torch.ones(d))
-        self.bias = nn.Parameter(torch.zeros(d)) if beta else None
-
-    def forward(self, x: Tensor) -> Tensor:
-        y = self.weight * torch.tanh(self.alpha * x)
-        return y if self.bias is None else y + self.bias
-
-
-class HeadRMSNorm(nn.Module):
-    """QK-norm: each head's dh channels of (..., d) scaled to RMS 1, times a learned gain
-    shared by the heads (dh,): a head's keys then lie on an ellipse, all hull vertices."""
-
-    def __init__(self, n_heads: int, dh: int, eps: float = 1e-6):
-        super().__init__()
-        self.n_heads, self.eps = n_heads, eps
-        self.weight = nn.Parameter(torch.ones(dh))
-
-    def forward(self, x: Tensor) -> Tensor:
-        h = x.unflatten(-1, (self.n_heads, -1))
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-        return h.flatten(-2)
-
-
-def make_norm(name: str, d: int, dyt_alpha: float = 0.5, dyt_beta: bool = True
-              ) -> nn.Module:
-    """The norm called ``name`` (a key of :data:`NORMS`) as a module, with affine γ, β."""
-    flags = NORMS[name]
-    if flags is None:
-        return nn.Identity()
-    if flags == "dyt":
-        return DyT(d, dyt_alpha, dyt_beta)
-    return FactorizedLayerNorm(d, projection=flags[0], scaling=flags[1])
 
 
 def _norm_of(cfg: TransformerConfig, name: str) -> nn.Module:

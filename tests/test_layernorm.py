@@ -4,6 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import lncourse.layernorm as L
+
 from lncourse.layernorm import (FactorizedLayerNorm, layer_norm, project, projection_matrix,
                                 rms_norm, scale)
 
@@ -221,3 +223,19 @@ def test_geometry_config_scales_points_and_sentences_with_floors():
     assert GeometryConfig.paper().scaled(0.5) == GeometryConfig(1000, 32)
     assert GeometryConfig.paper().scaled(0.01) == GeometryConfig(50, 2)
     assert GeometryConfig.quick().n_points < GeometryConfig.paper().n_points
+
+
+def test_todays_norms_put_vectors_where_they_say():
+    x = torch.randn(10, 16) * 5 + 3
+    assert torch.allclose(L.RMSNorm(16)(x).pow(2).mean(-1), torch.ones(10), atol=1e-4)
+    assert torch.allclose(L.unit(x).norm(dim=-1), torch.ones(10))
+    dyt = L.DyT(16)
+    assert dyt(x * 1e6).abs().max() <= 1.0 + 1e-6                   # a box, not a sphere
+    q, k = torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 4) * 100
+    s = L.qk_norm_scores(q, k)
+    assert s.shape == (2, 3, 7, 7) and s.abs().max() <= 4 / 2 + 1e-4   # |q·k|/√dh <= dh/√dh
+    h = L.unit(torch.randn(4, 16))
+    assert torch.allclose(L.NGPTUpdate(16)(h, torch.randn(4, 16)).norm(dim=-1),
+                          torch.ones(4))
+    peri = L.PeriLN(torch.nn.Linear(16, 16), 16)
+    assert peri(x).shape == x.shape

@@ -1,5 +1,5 @@
-"""Chapter 5, today's normalisations: the normalisations as small modules (:mod:`.modules`:
-RMSNorm, QK-norm, DyT, nGPT-style), per-head selectability on random keys
+"""Chapter 5, today's normalisations (the modules themselves, with every other norm of the
+course, are the core's :mod:`lncourse.layernorm`): per-head selectability on random keys
 (:mod:`.heads`), the statistics of hidden states (:mod:`.hidden`), the majority arms
 (:mod:`.majority`), the V lens (:mod:`.vlens`) and figures; its exercise checks are
 :mod:`lncourse.checks.norms`; the measurements on SmolLM2 and MiniLM, the trained runs,

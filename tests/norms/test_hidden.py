@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from lncourse.norms import hidden, modules
+from lncourse.norms import hidden
 
 
 def test_chance_level_is_exact_and_near_the_approximation():
@@ -37,18 +37,3 @@ def test_massive_ratio_and_spread():
     h[0, 3] = 100.0
     assert hidden.massive_ratio(h, 0) == 100.0 and hidden.massive_ratio(h, 1) == 1.0
     assert hidden.rms_spread(h) == pytest.approx(0.0)
-
-
-def test_modules_put_vectors_where_they_say():
-    x = torch.randn(10, 16) * 5 + 3
-    assert torch.allclose(modules.RMSNorm(16)(x).pow(2).mean(-1), torch.ones(10), atol=1e-4)
-    assert torch.allclose(modules.unit(x).norm(dim=-1), torch.ones(10))
-    dyt = modules.DyT(16)
-    assert dyt(x * 1e6).abs().max() <= 1.0 + 1e-6                   # a box, not a sphere
-    q, k = torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 4) * 100
-    s = modules.qk_norm_scores(q, k)
-    assert s.shape == (2, 3, 7, 7) and s.abs().max() <= 4 / 2 + 1e-4   # |q·k|/√dh <= dh/√dh
-    h = modules.unit(torch.randn(4, 16))
-    assert torch.allclose(modules.NGPTUpdate(16)(h, torch.randn(4, 16)).norm(dim=-1), torch.ones(4))
-    peri = modules.PeriLN(torch.nn.Linear(16, 16), 16)
-    assert peri(x).shape == x.shape
