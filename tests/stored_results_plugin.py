@@ -14,7 +14,8 @@ that marker:
 * **At run time**, an audit hook sees every file a test opens. A test that opens one
   under ``results/`` without the marker fails, saying so (the static reading missed a
   path; mark it ``replay`` by hand). So a new test that reads a stored result is in the
-  perturbed pass, or it is red. The one exemption, ``stored_files(reason)``, is for a
+  perturbed pass, or it is red. A ledger read to print its entries as text (the pages'
+  ``{ledger}`` role, :func:`lncourse.evidence.claims.quote`) is not counted. The one exemption, ``stored_files(reason)``, is for a
   test that handles stored results as files (packs, publishes, downloads them) and
   compares none of their numbers.
 
@@ -185,8 +186,23 @@ def _audit(event, args):
             p = os.path.abspath(os.fsdecode(path))
         except (TypeError, ValueError):
             return
-        if p.startswith(str(RESULTS) + os.sep):
+        if p.startswith(str(RESULTS) + os.sep) and not _quoting():
             _current["opened"].add(os.path.relpath(p, RESULTS))
+
+
+# A page's {ledger} role reads its ledger to print an entry as text (rendering a page or
+# its notebook): no comparison of a stored number, which the ledger's own test makes.
+_QUOTE = (os.path.join("lncourse", "evidence", "claims.py"), "_numbers")
+
+
+def _quoting() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == _QUOTE[1] and code.co_filename.endswith(_QUOTE[0]):
+            return True
+        frame = frame.f_back
+    return False
 
 
 sys.addaudithook(_audit)

@@ -53,3 +53,18 @@ def test_representative_keeps_the_named_runs_fast_and_the_rest_slow():
         plugin.representative(runs, {"b", "renamed"}, why="b takes every path")
     with pytest.raises(AssertionError, match="say why"):
         plugin.representative(runs, {"b"}, why=" ")
+
+
+def test_a_ledger_read_to_print_an_entry_is_not_counted_but_any_other_read_is():
+    """The audit hook skips a read made under lncourse.evidence.claims._numbers (the
+    {ledger} role's), and only that one."""
+    import stored_results_plugin as P
+
+    source = "def _numbers():\n    return (lambda: P._quoting())()\n"
+    role = {"P": P}
+    exec(compile(source, "/any/lncourse/evidence/claims.py", "exec"), role)
+    other = {"P": P}
+    exec(compile(source, "/any/lncourse/evidence/other.py", "exec"), other)
+    assert role["_numbers"]() is True
+    assert other["_numbers"]() is False
+    assert (lambda: P._quoting())() is False

@@ -123,9 +123,6 @@ def _functions(source):
     return [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
 
 
-@pytest.mark.stored_files("converts each page's text, whose {ledger} roles read ledger "
-                          "entries as text; it compares none of them (the ledgers' own "
-                          "tests do)")
 def test_parameters_cell(chapter):
     path, nb, _ = chapter
     params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
