@@ -47,8 +47,11 @@ def write_inputs(n: int, out: Path, root: Path = ROOT) -> tuple[Path, Path]:
             {"file": lesson, **({"sections": [{"file": p} for p in rest]} if rest else {})}]},
         {"caption": "Reference", "chapters": [{"file": "book/bibliography"}]}]}
     config = yaml.safe_load((root / "_config.yml").read_text())
-    config.setdefault("execute", {})["execution_cache_path"] = str(
+    config.setdefault("execute", {})["cache"] = str(
         root / "_build" / ".jupyter_cache")
+    sphinx = config.get("sphinx", {})     # paths as the book's root reads them
+    sphinx["local_extensions"] = {name: str(root / path) for name, path in
+                                  sphinx.get("local_extensions", {}).items()}
     out.mkdir(parents=True, exist_ok=True)
     (out / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
     (out / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -67,13 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = ROOT / "_build" / f"chapter-{args.chapter}"
     toc, config = write_inputs(args.chapter, out)
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT),
-         "--builder", "html", "--toc", str(toc), "--config", str(config),
-         "--path-output", str(out), "-n", "--keep-going"],
-        cwd=ROOT, capture_output=True, text=True)
-    log = done.stdout + done.stderr
-    (out / "build.log").write_text(log)
+    with open(out / "build.log", "w") as sink:
+        done = subprocess.run(
+            [str(Path(sys.executable).with_name("jupyter-book")), "build", str(ROOT),
+             "--builder", "html", "--toc", str(toc), "--config", str(config),
+             "--path-output", str(out), "-n", "--keep-going"],
+            cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, text=True)
+    log = (out / "build.log").read_text()
     found = problems(log)
     executed = "Executing notebook" in log
     if done.returncode or found or executed:

@@ -1,6 +1,7 @@
 """The site's Sphinx extensions (book/_ext), without building the site."""
 
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -154,3 +155,26 @@ def test_a_page_quotes_at_most_40_glued_values():
 def test_the_glue_count_sees_calls_and_roles():
     assert glue_count('glue("a", 1)\nx = glue_it(2)\nfor k in r:\n    glue(k, v)\n'
                       "text {glue:text}`a:.1f` and {glue}`b`, {ledger}`nope/x`") == 4
+
+
+def test_the_chapter_render_counts_the_chapters_problems_not_its_links_elsewhere(tmp_path):
+    """scripts/render_chapter.py: the chapter's pages, the site's configuration with the
+    site's execution cache and absolute extension paths; a warning that only says a
+    reference leads outside the chapter is not a problem, any other is."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import yaml
+    from render_chapter import problems, write_inputs
+
+    toc, config = write_inputs(3, tmp_path)
+    t, c = yaml.safe_load(toc.read_text()), yaml.safe_load(config.read_text())
+    chapter = t["parts"][0]["chapters"][0]
+    assert chapter["file"] == "book/03_majority"
+    assert chapter["sections"] == [{"file": "book/03_majority_replication"}]
+    assert c["execute"]["cache"] == str(ROOT / "_build" / ".jupyter_cache")
+    assert all(Path(p).is_absolute() and (Path(p) / f"{name}.py").exists()
+               for name, p in c["sphinx"]["local_extensions"].items())
+    log = ("book/intro.md:52: WARNING: undefined label: 'ch-nope'\n"
+           "book/03_majority.md:9: ERROR: Unknown interpreted text role \"ledgr\".\n"
+           "book/03_majority.md:12: WARNING: glue target not found: 'x'\n")
+    assert [ln.split(": ", 1)[0] for ln in problems(log)] == [
+        "book/03_majority.md:9", "book/03_majority.md:12"]
