@@ -204,3 +204,24 @@ def test_stored_cpu_overfitting_run_recomputes():
     # from the stored predictions, they move in their last bits with numpy's SIMD path
     assert C.compare(again, C.flatten(stored["readings"])) == []
     assert {c.key for c in G.claims(stored, "the CPU")} >= {"stored_size_overfits"}
+
+
+def test_the_shape_claim_reads_the_paper_budget_model_depth_by_depth():
+    """The stored paper-budget model's error rises with depth after depth 1 (the claim
+    holds and says so); a profile falling with depth, Figure 2's shape, turns it False,
+    and so does one where only the classifier rises."""
+    stored = load_result(G.GPU)
+    claim = G.shape_claim(stored)
+    assert claim.holds is True and "does not have Figure 2's shape" in claim.text
+    assert claim.values["classifier"]["lowest_depth"] == 1
+    assert claim.values["classifier"]["slope_1_to_K"] > 0.5
+    falling = copy.deepcopy(stored)
+    for probe in ("classifier", "regression"):
+        rows = falling["readings"]["phases"]["paper"][probe]["mae"]
+        for k, row in enumerate(rows):
+            row[0] = 150.0 - 5.0 * k
+    assert G.shape_claim(falling).holds is False
+    mixed = copy.deepcopy(stored)
+    for k, row in enumerate(mixed["readings"]["phases"]["paper"]["regression"]["mae"]):
+        row[0] = 150.0 - 5.0 * k
+    assert G.shape_claim(mixed).holds is False

@@ -181,6 +181,9 @@ def _device_runs(gpu: dict, stream: dict, reads: dict) -> dict:
     exploratory depth trend of the recalibrated read-out."""
     paper = gpu["readings"]["phases"]["paper"]
     return {"describe": describe(gpu), "baseline_middle": gpu["readings"]["baseline_middle"],
+            "profile": {**stream_gpu.paper_profile(gpu),
+                        "claim": stream_gpu.shape_claim(gpu)},
+            "protocols": _protocols(gpu["config"]),
             "claims": {c.key: c for c in stream_gpu.claims(gpu)},
             "paper": {"causal_models": paper["causal_models"],
                       "seqs_per_s": paper["seqs_per_s"],
@@ -193,6 +196,21 @@ def _device_runs(gpu: dict, stream: dict, reads: dict) -> dict:
                          for p in ("classifier", "regression")}},
             "trend": {p: stream_report.trend_claim(stream, reads, p)
                       for p in ("classifier", "regression")}}
+
+
+def _protocols(config: dict) -> dict:
+    """What the stored protocol and the paper's budget change at once: sequences per
+    model, consecutive updates on one batch of sequences (the stored protocol trains on
+    each batch ``updates / batches`` times in a row and never again; the paper's draws
+    fresh sequences for every update), and positions per update."""
+    def one(c: dict) -> dict:
+        reuse = c["updates"] // (c["train_seqs"] // c["seqs_per_batch"]) \
+            if c["inputs"] == "stream" else 1
+        return {"sequences": c["train_seqs"], "updates_per_batch": reuse,
+                "positions_per_update": c["update_positions"]}
+    stored, paper = one(config["stored"]), one(config["paper"])
+    return {"stored": stored, "paper": paper,
+            "factor": {k: paper[k] / stored[k] for k in ("sequences", "positions_per_update")}}
 
 
 def _retrained(stall: dict, *recipes: dict) -> dict:

@@ -25,7 +25,7 @@ from lncourse.evidence.nope.verdict import format_ci, claims as figure2_claims
 from lncourse.results import RESULTS_DIR, load_result
 
 __all__ = ["GPU", "CPU", "MIN_SEQS_PER_S", "SAME_AS_STORED", "load", "claims",
-           "cpu_hours_per_model"]
+           "cpu_hours_per_model", "paper_profile", "shape_claim"]
 
 GPU, CPU = "nope/stream_gpu", "nope/stream_overfit_cpu"
 MIN_SEQS_PER_S = 1000      # what the GPU path was asked to reach on an H100-class card
@@ -158,3 +158,39 @@ def _against_stored(r: dict) -> list[Claim]:
             f"{format_ci(iv[p], '{:+.1f}')} ({p})" for p in PROBES)
         + " positions (paired by seed).", all(v[2] < 0 for v in iv.values()),
         {p: iv[p] for p in PROBES})]
+
+
+def paper_profile(stored: dict) -> dict:
+    """The first model at the paper's budget, depth by depth (Figure 2's shape, which the
+    mean over depths hides): per probe its error at every depth 0 ... K, the depth of its
+    lowest error among 1 ... K, and the least-squares slope of the error over depths
+    1 ... K, in positions per layer."""
+    paper = stored["readings"]["phases"]["paper"]
+    out = {}
+    for probe in PROBES:
+        mae = [row[0] for row in paper[probe]["mae"]]
+        depths = np.arange(1, len(mae))
+        out[probe] = {"mae": mae, "lowest_depth": int(depths[np.argmin(mae[1:])]),
+                      "slope_1_to_K": float(np.polyfit(depths, mae[1:], 1)[0])}
+    return out
+
+
+def shape_claim(stored: dict) -> Claim:
+    """Figure 2 has the error falling as layers are added (Chi et al. 2023, section 2: "an
+    increase in the number of layers resulting in higher probing performance"). The
+    claim: the paper-budget model has the opposite shape, its error rising with depth
+    over depths 1 ... K for both probes (a positive slope); n = 1 model."""
+    prof = paper_profile(stored)
+    c, r = prof["classifier"], prof["regression"]
+    K = len(c["mae"]) - 1
+    holds = c["slope_1_to_K"] > 0 and r["slope_1_to_K"] > 0
+    return Claim(
+        "paper_budget_shape",
+        f"Depth by depth, the paper-budget model does not have Figure 2's shape: the "
+        f"classifier's error is lowest at depth {c['lowest_depth']} "
+        f"({c['mae'][c['lowest_depth']]:.1f}) and rises after it, "
+        f"{c['slope_1_to_K']:+.1f} positions per layer over depths 1 to {K} "
+        f"({c['mae'][K]:.1f} at depth {K}); the regression probe's rises "
+        f"{r['slope_1_to_K']:+.1f} per layer, from {r['mae'][1]:.1f} to {r['mae'][K]:.1f}. "
+        f"Figure 2's error falls with depth. One model: no interval.", holds,
+        {p: {k: v for k, v in prof[p].items() if k != "mae"} for p in PROBES})
