@@ -225,3 +225,28 @@ def test_the_shape_claim_reads_the_paper_budget_model_depth_by_depth():
     for k, row in enumerate(mixed["readings"]["phases"]["paper"]["regression"]["mae"]):
         row[0] = 150.0 - 5.0 * k
     assert G.shape_claim(mixed).holds is False
+
+
+def test_recency_reads_training_errors_in_training_order(tmp_path, monkeypatch):
+    """On the stored rerun the training error falls from the first quarter of the stream
+    to the last and is lowest on the last batch, the first quarter near the held-out
+    error; on made-up errors that fall with the sequence's index the quarters follow
+    them, and a flat stream gives equal quarters."""
+    stored = load_result(G.GPU)
+    got = G.recency(stored)["classifier"]
+    q = got["train_by_quarter"]
+    assert q == sorted(q, reverse=True) and got["train_last_batch"] < q[-1]
+    assert abs(q[0] - got["held_out"]) < 10 < got["held_out"] - q[-1]
+    fake = {"predictions": "fake.npz", "config": {"stored": {"seqs_per_batch": 2,
+                                                            "seeds": [0]}}}
+    (tmp_path / "nope").mkdir()
+    seq = np.arange(8, dtype=float)[::-1]             # sequence i errs 7 - i
+    arrays = {}
+    for probe in ("classifier", "regression"):
+        arrays[f"stored__causal_0__seqerr_{probe}_train"] = np.tile(seq, (3, 1))
+        arrays[f"stored__causal_0__seqerr_{probe}_held"] = np.full((3, 4), 9.0)
+    np.savez(tmp_path / "nope" / "fake.npz", **arrays)
+    monkeypatch.setattr(G, "RESULTS_DIR", tmp_path)
+    made = G.recency(fake)["regression"]
+    assert made["train_by_quarter"] == [6.5, 4.5, 2.5, 0.5]
+    assert made["train_last_batch"] == 0.5 and made["held_out"] == 9.0

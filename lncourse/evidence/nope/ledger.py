@@ -184,6 +184,7 @@ def _device_runs(gpu: dict, stream: dict, reads: dict) -> dict:
             "profile": {**stream_gpu.paper_profile(gpu),
                         "claim": stream_gpu.shape_claim(gpu)},
             "protocols": _protocols(gpu["config"]),
+            "recency": stream_gpu.recency(gpu),
             "claims": {c.key: c for c in stream_gpu.claims(gpu)},
             "paper": {"causal_models": paper["causal_models"],
                       "seqs_per_s": paper["seqs_per_s"],

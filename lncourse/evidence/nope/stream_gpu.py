@@ -25,7 +25,7 @@ from lncourse.evidence.nope.verdict import format_ci, claims as figure2_claims
 from lncourse.results import RESULTS_DIR, load_result
 
 __all__ = ["GPU", "CPU", "MIN_SEQS_PER_S", "SAME_AS_STORED", "load", "claims",
-           "cpu_hours_per_model", "paper_profile", "shape_claim"]
+           "cpu_hours_per_model", "paper_profile", "shape_claim", "recency"]
 
 GPU, CPU = "nope/stream_gpu", "nope/stream_overfit_cpu"
 MIN_SEQS_PER_S = 1000      # what the GPU path was asked to reach on an H100-class card
@@ -194,3 +194,32 @@ def shape_claim(stored: dict) -> Claim:
         f"{r['slope_1_to_K']:+.1f} per layer, from {r['mae'][1]:.1f} to {r['mae'][K]:.1f}. "
         f"Figure 2's error falls with depth. One model: no interval.", holds,
         {p: {k: v for k, v in prof[p].items() if k != "mae"} for p in PROBES})
+
+
+def recency(stored: dict) -> dict:
+    """Whether the stored protocol's probes fit their training sequences by recency: the
+    rerun at the stored size reads every training sequence again after training. Per
+    probe, the error on the training sequences by quarter of the training stream (in the
+    order they were trained on), on its last batch, and on the held-out sequences; each a
+    mean over the causal models and depths 1 ... K. Each batch is trained on
+    ``updates / batches`` times in a row and never again, so a probe that remembers what
+    it saw last errs less on the last quarter than on the first."""
+    with np.load(RESULTS_DIR / "nope" / stored["predictions"]) as f:
+        arrays = {k: f[k] for k in f.files}
+    cfg = stored["config"]["stored"]
+    batch = cfg["seqs_per_batch"]
+    out = {}
+    for probe in PROBES:
+        train = np.stack([arrays[f"stored__causal_{s}__seqerr_{probe}_train"]
+                          for s in cfg["seeds"]
+                          if f"stored__causal_{s}__seqerr_{probe}_train" in arrays])
+        held = np.stack([arrays[f"stored__causal_{s}__seqerr_{probe}_held"]
+                         for s in cfg["seeds"]
+                         if f"stored__causal_{s}__seqerr_{probe}_held" in arrays])
+        per_seq = train[:, 1:, :].mean(axis=(0, 1))        # (sequences,), in training order
+        quarters = np.array_split(per_seq, 4)
+        out[probe] = {"models": int(train.shape[0]),
+                      "train_by_quarter": [float(q.mean()) for q in quarters],
+                      "train_last_batch": float(per_seq[-batch:].mean()),
+                      "held_out": float(held[:, 1:, :].mean())}
+    return out
