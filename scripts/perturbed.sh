@@ -8,6 +8,8 @@
 #   OPENBLAS_CORETYPE=Prescott    numpy's BLAS on its SSE3 kernels
 #   NPY_DISABLE_CPU_FEATURES      numpy's SIMD dispatch held to its baseline
 #   LNCOURSE_PORTABLE_KERNEL=1    the course's C kernel without -march=native/-ffast-math
+#                                 (=0 keeps the native build: the slow every-cell replays,
+#                                 12 times slower on the portable one, run that way)
 #   3 threads                     a partition of every parallel reduction that no stored
 #                                 run used (they ran on 1 or 2)
 # Usage: bash scripts/perturbed.sh [pytest arguments]   (default: the CI selection)
@@ -16,7 +18,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PY:-.venv/bin/python}
 export LNCOURSE_PERTURBED=1 LNCOURSE_PERTURBED_THREADS=${LNCOURSE_PERTURBED_THREADS:-3}
-export ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE LNCOURSE_PORTABLE_KERNEL=1
+export ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE
+export LNCOURSE_PORTABLE_KERNEL=${LNCOURSE_PORTABLE_KERNEL:-1}
 export OPENBLAS_CORETYPE=Prescott OMP_WAIT_POLICY=PASSIVE
 export OMP_NUM_THREADS=$LNCOURSE_PERTURBED_THREADS MKL_NUM_THREADS=$LNCOURSE_PERTURBED_THREADS
 export OPENBLAS_NUM_THREADS=$LNCOURSE_PERTURBED_THREADS
