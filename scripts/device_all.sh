@@ -5,7 +5,7 @@
 #   2. every page's student notebook through nbclient (scripts/device_notebooks.py);
 #   3. chapter 2's no-scaling seeds on from step 34,000 to 50,000
 #      (lncourse.evidence.selectability.seeds_continue, from the carried checkpoint);
-#   4. the language models of issue 35 items 7 and 8 with the recipe that learns
+#   4. the language models trained with the recipe that learns
 #      (lncourse.evidence.nope.retrained and lncourse.evidence.norms.retrained, preset paper): one chain
 #      per variant, its sweep then its seeds.
 # Each job stops before the budget; each resumes from its checkpoints. What comes back

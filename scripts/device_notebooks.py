@@ -1,5 +1,5 @@
 """Every chapter's student notebook on a lent GPU, through nbclient: fast mode, and full
-mode at a given SCALE; per-chapter wall times and any error go to a JSON (issue 33).
+mode at a given SCALE; per-chapter wall times and any error go to a JSON.
 
 The device machine has Python 3.12, torch with CUDA, numpy, matplotlib, scipy,
 safetensors, tokenizers and tqdm, and nothing of Jupyter or jupytext. So it runs in two

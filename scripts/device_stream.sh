@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Chapter 4's Figure 2 probe on a lent GPU (issue 35, item 5), within a wall budget:
+# Chapter 4's Figure 2 probe on a lent GPU, within a wall budget:
 # first the stored run's size (7 models, 1,600 training + 200 held-out sequences each)
 # with the error on the training sequences read again (over-fitting, measured), then
 # the paper's budget (5,000 updates x 32 fresh sequences per model) model by model
