@@ -31,9 +31,25 @@ from lncourse.rng import check_seed
 from lncourse.text import sample_batch
 
 __all__ = ["TRACE_STEPS", "train_lm", "evaluate_lm", "data_fingerprint", "describe_model",
-           "slim_checkpoint", "reference_losses", "with_references"]
+           "slim_checkpoint", "reference_losses", "with_references", "LEARNED_MARGIN",
+           "learned"]
 
 TRACE_STEPS = 5   # the loss of each of the first steps is kept (the tests replay them)
+
+# The course's one bar for "the model learned": a test loss at least this many nats below
+# its data's bigram table (counts of the next token given the current one). A model that
+# reads only the current token can reach the table and no further, so a claim "after
+# training" about the use of context needs a model clearly past it: 0.3 nats, a
+# likelihood e^0.3 = 1.35 times the table's per token. Every chapter applies this bar.
+LEARNED_MARGIN = 0.3
+
+
+def learned(loss: float, bigram: float, margin: float = LEARNED_MARGIN) -> bool:
+    """Whether a test loss clears the course's bar: at least ``margin`` nats below the
+    bigram table's loss on the same data. A non-finite loss is an error, not a verdict."""
+    if not (math.isfinite(loss) and math.isfinite(bigram)):
+        raise ValueError(f"losses must be finite, got {loss} and {bigram}")
+    return bigram - loss >= margin
 
 
 @torch.no_grad()

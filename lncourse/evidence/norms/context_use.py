@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lncourse.lm import LEARNED_MARGIN
 from lncourse.lm_recipe import context_gain, position_losses, reference_losses
 from lncourse.evidence.norms import logits as L
 from lncourse.evidence.norms import periln, trained
@@ -91,7 +92,7 @@ def measure_all(progress: bool = False) -> dict:
     return out
 
 
-def verdicts(result: dict, margin: float = 0.3) -> dict[str, dict]:
+def verdicts(result: dict, margin: float = LEARNED_MARGIN) -> dict[str, dict]:
     """Per stored group of models (``trained_heads/<variant>`` or
     ``<grid>/<variant>/lr <lr>``): the seeds' test losses, and two words, each True or
     False on every seed: ``learned`` (the trainer's test loss at least ``margin`` nats
