@@ -86,6 +86,8 @@ def _seeds(seeds: dict) -> dict:
            "measured_contexts": seeds["measured_contexts"],
            "curve_contexts": seeds["curve_contexts"],
            "table": {f"{label}, {q}": rows[label, q] for label, q in rows},
+           "table_t": {f"{label}, {q}": v for (label, q), v in seeds_measure.layer_rows(
+               seeds, interval="t").items()},
            "curves": {}, "claims": {c.key: c for c in seeds_measure.claims(seeds)}}
     for label, q in ((report.NO_SCALING, "after"), (report.FULL, "before"),
                      (report.FULL, "after")):
@@ -99,6 +101,11 @@ def _seeds(seeds: dict) -> dict:
                     "loss_difference": {k: loss[k] for k in ("final", "t",
                                                              "negative_since")},
                     "table2_drift": seeds_stats.table2_drift(seeds),
+                    "table1_drift": seeds_stats.table1_drift(seeds),
+                    "learning_rate": {"ours": seeds["config"]["lm"]["lr"],
+                                      "paper": report.PAPER_LR,
+                                      "ratio": seeds["config"]["lm"]["lr"]
+                                      / report.PAPER_LR},
                     "claims": {c.key: c for c in seeds_stats.stats_claims(seeds, refs)}}
     return out
 
@@ -109,7 +116,21 @@ def _continuation(cont: dict) -> dict:
     :func:`lncourse.evidence.selectability.seeds_stats.continuation_claims` (their text and values)."""
     return {"describe": describe(cont), "steps_done": cont["steps_done"],
             "final_test_loss": [h["test_loss"][-1] for h in cont["histories"]],
+            "provenance": _segments(cont["provenance"]),
             "claims": {c.key: c for c in seeds_stats.continuation_claims(cont)}}
+
+
+def _segments(prov: dict) -> dict:
+    """Where the continuation's steps ran, from its stored provenance: the sessions
+    that resumed it, those that started from a tree with uncommitted changes
+    (``+dirty``), and the devices other than the CPU of the export (``resumed_on``)."""
+    resumed = prov.get("resumed_at_commits", [])
+    dirty = [c for c in resumed if c.endswith("+dirty")]
+    return {"started_at": prov["git_commit"][:7], "device": prov["device"],
+            "resumes": len(resumed), "dirty_resumes": len(dirty),
+            "dirty_commits": ", ".join(c[:7] + "+dirty" for c in dirty),
+            "other_devices": "; ".join(prov.get("resumed_on", [])),
+            "wall_seconds": prov["wall_seconds"]}
 
 
 def reported(stored: dict, stored_bpe: dict, paper_bpe: dict, seeds: dict,
