@@ -294,7 +294,7 @@ def claims(result: dict) -> list[Claim]:
                          + (f"outside the interval in {where}" if where else
                             "inside the interval in every layer") + ".",
                          bool(all(inside)) == PAPER_INSIDE[key],
-                         {"inside": inside, "gaps": gaps}))
+                         {"inside": inside, "gaps": gaps, "paper": list(paper)}))
     return out
 
 
