@@ -31,6 +31,7 @@ from lncourse.evidence.claims import Claim
 from lncourse.selectability.experiments import PAPER_TABLE1, PAPER_TABLE2, prefix_fractions
 from lncourse.selectability.lm import (VARIANTS, KeysLMConfig, build_model, held_out_contexts,
                                layer_vectors, stored_models as models_at, tokenized)
+from lncourse.summary import paired_interval
 
 __all__ = ["Claim", "result_of", "models_at", "measure", "measure_cached", "late_change", "layer_rows", "overall", "curve",
            "claims", "seeds_table", "PAPER"]
@@ -143,9 +144,7 @@ def _student_t(values: np.ndarray) -> tuple:
     seeds, each seed's mean over its contexts one observation: (mean, low, high), in %.
     With three seeds the bootstrap above is about their range; this is the interval
     for judging a paper's value or a trend."""
-    # imported here: seeds_stats imports this module
-    from lncourse.evidence.selectability.seeds_stats import t_interval
-    return tuple(100 * v for v in t_interval(np.asarray(values).mean(axis=1)))
+    return tuple(100 * v for v in paired_interval(np.asarray(values).mean(axis=1)))
 
 
 INTERVALS = {"bootstrap": _bootstrap, "t": _student_t}
