@@ -9,7 +9,9 @@ at n = T (the whole context), before the LayerNorm (``resid_pre``) and after it
 :func:`measure_cached` keeps each model's measurement at a step in a directory of small
 files, keyed by its weights and contexts, so that an export can reuse what an earlier
 process measured (the curve's snapshots while the run still trains; the last step split
-between processes, ``--warm``). :func:`layer_rows` gives the per-layer means with intervals over seeds and contexts;
+between processes, ``--warm``). :func:`layer_rows` gives the per-layer means with intervals
+over seeds (Student-t, which judges the paper's values and trends) or over seeds and
+contexts (the percentile bootstrap, about the range of three seeds);
 :func:`claims` the chapter's checked statements about them.
 Shapes: fractions [model][layer][context].
 """
