@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from lncourse.lm import slim_checkpoint, train_lm
-from lncourse.lm_recipe import (Recipe, choose_lr, context_gain, lr_at, position_losses,
-                                reference_losses, reference_tables, with_references)
+from lncourse.lm_recipe import (Recipe, bigram_loss, choose_lr, context_gain, lr_at,
+                                position_losses, reference_losses, reference_tables,
+                                tuned_bigram, with_references)
 from lncourse.text import CharTokenizer, load_shakespeare, split_ids
 from lncourse.transformer import GPT, TransformerConfig
 
@@ -127,6 +128,28 @@ def test_references_are_the_smoothed_tables_cross_entropies():
     with pytest.raises(ValueError):
         reference_tables(torch.tensor([0, 5]), vocab_size=3)
     assert "0.100 below the bigram" in with_references(2.0, {"bigram": 2.1, "unigram": 3})
+
+
+def test_tuned_bigram_chooses_its_smoothing_on_held_out_training_text(data):
+    """Add-alpha at alpha = 1 is the add-one table; the constant is chosen on the tail of
+    the training stream (the table counted on the rest), never on the test stream."""
+    train, test, vocab = data
+    assert bigram_loss(train, test, vocab, 1.0) == pytest.approx(
+        reference_losses(train, test, vocab)["bigram"], rel=1e-12)
+    # by hand: after 0 -> counts (1: 2, 2: 1) of 3; add-0.5 over V = 3
+    assert bigram_loss(torch.tensor([0, 1, 0, 1, 0, 2]), torch.tensor([0, 1]), 3,
+                       0.5) == pytest.approx(-math.log(2.5 / 4.5))
+    got = tuned_bigram(train, test, vocab, grid=(0.01, 0.1, 1.0))
+    cut = int(len(train) * 0.9)
+    held = {a: bigram_loss(train[:cut], train[cut:], vocab, a) for a in (0.01, 0.1, 1.0)}
+    assert got["held_out"] == pytest.approx(held)
+    assert got["alpha"] == min(held, key=held.get)
+    assert got["bigram"] == bigram_loss(train, test, vocab, got["alpha"])
+    # a test stream that favours another constant does not move the choice
+    other = tuned_bigram(train, train[:200].flip(0), vocab, grid=(0.01, 0.1, 1.0))
+    assert other["alpha"] == got["alpha"]
+    with pytest.raises(ValueError):
+        bigram_loss(train, test, vocab, 0.0)
 
 
 def test_position_losses_match_the_trainer_and_the_bigram(data):

@@ -125,8 +125,9 @@ def test_chapter3_conclusions_fail_on_contrary_evidence(key, variants, shift, mo
 
 
 def test_the_replication_claim_states_its_worst_gap_unrounded():
-    """"to within X" is the largest gap from the paper's reference accuracies, printed to
-    three decimals: at two it read 0.04 for a gap of 0.043, narrower than measured."""
+    """"to within X" is the largest gap from the paper's reference accuracies rounded up
+    at the third decimal, a bound never narrower than measured: at two decimals it read
+    0.04 for a gap of 0.0427 (issue 62, item 9)."""
     import re as _re
 
     from lncourse.majority import stats as ST
@@ -143,5 +144,5 @@ def test_the_replication_claim_states_its_worst_gap_unrounded():
         gaps += [abs(ST.value_at(c["step"], c["test_acc"], s).mean() - ref)
                  for s, ref in refs.items() if s in c["step"]]
     stated = float(_re.search(r"to within (\d\.\d+)", claim.text).group(1))
-    assert stated == round(max(gaps), 3), (stated, max(gaps))
-    assert stated >= max(gaps) - 5e-4
+    assert max(gaps) <= stated < max(gaps) + 1e-3, (stated, max(gaps))
+    assert claim.values["worst_gap"] == max(gaps) and claim.values["bound"] == stated

@@ -148,3 +148,22 @@ def test_each_tokenisation_claim_fails_on_contrary_numbers(runs):
         for ctx in layer:
             ctx[-1] = 0.55                      # far above every seed
     assert verdicts(r)["bpe_t1_within_seeds"] is False
+
+
+def test_the_bpe_pair_is_judged_against_a_fair_bigram(runs):
+    """Issue 62, item 5: the BPE pair (n = 1,024) ends above a bigram table whose
+    smoothing is chosen on held-out training text (add-0.03, 4.80 nats per token, where
+    add-one gives 5.55); had it ended below, the claim would fail."""
+    from lncourse.evidence.selectability.claims import bpe_learning_claim
+
+    refs = C.load_ledger(LEDGER)
+    refs = {"tuned": {"alpha": refs["lm_paper_bpe/references/tuned/alpha"],
+                      "bigram": refs["lm_paper_bpe/references/tuned/bigram"]},
+            "add_one": {k: refs[f"lm_paper_bpe/references/add_one/{k}"]
+                        for k in ("unigram", "bigram")}}
+    assert refs["tuned"]["bigram"] < refs["add_one"]["bigram"]
+    assert bpe_learning_claim(runs["paper_bpe"], refs).holds
+    r = copy.deepcopy(runs["paper_bpe"])
+    for m in r["models"].values():
+        m["history"]["test_loss"][-1] = refs["tuned"]["bigram"] - 0.3
+    assert not bpe_learning_claim(r, refs).holds

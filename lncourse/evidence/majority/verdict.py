@@ -16,6 +16,8 @@ numbers.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -94,11 +96,15 @@ def claims(paper: dict, grids: dict[int, dict], three_d: dict,
             if step in c["step"]:
                 gaps.append((variant, step, ST.value_at(c["step"], c["test_acc"], step).mean(), ref))
     worst = max(abs(ours - ref) for *_, ours, ref in gaps)
+    # "to within X" is a bound: the worst gap rounded up at the printed decimal, never
+    # down (rounded to two decimals a gap of 0.0427 read "0.04", narrower than measured)
+    bound = math.ceil(worst * 1000) / 1000
     detail = "; ".join(f"{v} at step {s:,}: {ours:.2f} (paper {ref:.2f})" for v, s, ours, ref in gaps
                        if s > 0)
     out.append(Claim("reproduces_paper",
-                     f"Our runs reproduce the paper's curves to within {worst:.3f} in test "
-                     f"accuracy at every reference step ({detail}).", worst <= 0.05))
+                     f"Our runs reproduce the paper's curves to within {bound:.3f} in test "
+                     f"accuracy at every reference step ({detail}).", worst <= 0.05,
+                     {"worst_gap": worst, "bound": bound}))
 
     acc = ST.per_seed(paper, "mean_acc_to_5000")
     steps80 = ST.per_seed(paper, "steps_to_80")

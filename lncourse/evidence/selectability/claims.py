@@ -19,7 +19,8 @@ from lncourse.evidence.claims import Claim
 from lncourse.evidence.selectability.report import (FULL, NO_SCALING, PAPER_TABLE1, PAPER_TABLE2,
                                            gap_summary, sweep_curves)
 
-__all__ = ["lm_claims", "tokenisation_at_paper_length", "tokenisation_claims"]
+__all__ = ["lm_claims", "tokenisation_at_paper_length", "tokenisation_claims",
+           "bpe_references", "bpe_learning_claim"]
 
 
 def lm_claims(stored: dict, stored_bpe: dict) -> list[Claim]:
@@ -125,3 +126,39 @@ def tokenisation_claims(stored: dict, paper_bpe: dict, seeds: dict) -> list[Clai
                      "from the seed's.", abs(b["t1"] - hi) < hi - lo,
                      {"bpe": b["t1"], "seeds": s["t1"]}))
     return out
+
+
+def bpe_references(res: dict) -> dict:
+    """The reference losses (nats per token) of a stored BPE run's data: the unigram and
+    bigram tables with add-one smoothing (:func:`lncourse.lm.reference_losses`), and the
+    bigram with its add-alpha constant chosen on the last tenth of the training stream,
+    read on the test stream (:func:`lncourse.lm_recipe.tuned_bigram`): at V = 4,096
+    add-one smoothing makes a weak bigram."""
+    from lncourse.lm import reference_losses
+    from lncourse.lm_recipe import tuned_bigram
+    from lncourse.selectability.lm import KeysLMConfig, tokenized
+    cfg = KeysLMConfig(**{k: tuple(v) if isinstance(v, list) else v
+                          for k, v in res["config"].items()
+                          if k in KeysLMConfig.__dataclass_fields__})
+    tok, train_ids, test_ids = tokenized(cfg)
+    tuned = tuned_bigram(train_ids, test_ids, tok.vocab_size)
+    return {"add_one": reference_losses(train_ids, test_ids, tok.vocab_size),
+            "tuned": {"alpha": tuned["alpha"], "bigram": tuned["bigram"],
+                      "held_out": {f"{a:g}": v for a, v in tuned["held_out"].items()}}}
+
+
+def bpe_learning_claim(res: dict, refs: dict) -> Claim:
+    """Whether the BPE pair of ``res`` learned what its data's bigram table knows, against
+    the fair bigram of :func:`bpe_references` (``refs``)."""
+    losses = {label: m["history"]["test_loss"][-1] for label, m in res["models"].items()}
+    t, one = refs["tuned"], refs["add_one"]
+    above = min(losses.values()) > t["bigram"]
+    return Claim(
+        "bpe_above_bigram", f"The BPE pair at n = {res['config']['block_size']:,} ends at "
+        + " and ".join(f"{v:.3f}" for v in losses.values()) + " nats per token, "
+        f"{'above' if above else 'not above'} its data's bigram table with add-"
+        f"{t['alpha']:g} smoothing ({t['bigram']:.3f}; the constant chosen on the last "
+        f"tenth of the training text, not on the test text; add-one smoothing gives "
+        f"{one['bigram']:.3f}, the unigram table {one['unigram']:.3f})"
+        + (": these models have not learned what a bigram table knows." if above
+           else "."), above, {"losses": losses})

@@ -14,7 +14,10 @@ variance over ε, smallest |γ|), the diagnostics at the largest n, the training
 glued numbers of the discussion of the gap to Table 1 (:func:`report.gap_summary`, its
 stored part) and the text and verdict of each claim
 (:func:`lncourse.evidence.selectability.claims.lm_claims`), the comparison of tokens at n = 1,024
-with its claims (:func:`~lncourse.evidence.selectability.claims.tokenisation_claims`); for the
+with its claims (:func:`~lncourse.evidence.selectability.claims.tokenisation_claims`), the
+paper-length BPE data's reference losses with a bigram whose smoothing is chosen on
+held-out training text, and whether the BPE pair is below it
+(:func:`~lncourse.evidence.selectability.claims.bpe_learning_claim`); for the
 seeded runs the table with its bootstrap intervals, the curves
 against the step and the text of every claim, and (:mod:`~lncourse.evidence.selectability.seeds_stats`)
 the Student-t and prediction intervals over seeds, the final losses beside the data's
@@ -36,8 +39,10 @@ import numpy as np
 from lncourse.evidence.claims import ledger_main
 from lncourse.results import RESULTS_DIR, describe, load_result
 from lncourse.evidence.selectability import report, seeds_measure, seeds_stats
-from lncourse.evidence.selectability.claims import (lm_claims, tokenisation_at_paper_length,
-                                           tokenisation_claims)
+from lncourse.evidence.selectability.claims import (bpe_learning_claim, bpe_references,
+                                                    lm_claims,
+                                                    tokenisation_at_paper_length,
+                                                    tokenisation_claims)
 
 __all__ = ["SOURCES", "load_runs", "reported", "main"]
 
@@ -86,6 +91,8 @@ def _seeds(seeds: dict) -> dict:
            "measured_contexts": seeds["measured_contexts"],
            "curve_contexts": seeds["curve_contexts"],
            "table": {f"{label}, {q}": rows[label, q] for label, q in rows},
+           "table_t": {f"{label}, {q}": v for (label, q), v in seeds_measure.layer_rows(
+               seeds, interval="t").items()},
            "curves": {}, "claims": {c.key: c for c in seeds_measure.claims(seeds)}}
     for label, q in ((report.NO_SCALING, "after"), (report.FULL, "before"),
                      (report.FULL, "after")):
@@ -99,6 +106,11 @@ def _seeds(seeds: dict) -> dict:
                     "loss_difference": {k: loss[k] for k in ("final", "t",
                                                              "negative_since")},
                     "table2_drift": seeds_stats.table2_drift(seeds),
+                    "table1_drift": seeds_stats.table1_drift(seeds),
+                    "learning_rate": {"ours": seeds["config"]["lm"]["lr"],
+                                      "paper": report.PAPER_LR,
+                                      "ratio": seeds["config"]["lm"]["lr"]
+                                      / report.PAPER_LR},
                     "claims": {c.key: c for c in seeds_stats.stats_claims(seeds, refs)}}
     return out
 
@@ -109,7 +121,21 @@ def _continuation(cont: dict) -> dict:
     :func:`lncourse.evidence.selectability.seeds_stats.continuation_claims` (their text and values)."""
     return {"describe": describe(cont), "steps_done": cont["steps_done"],
             "final_test_loss": [h["test_loss"][-1] for h in cont["histories"]],
+            "provenance": _segments(cont["provenance"]),
             "claims": {c.key: c for c in seeds_stats.continuation_claims(cont)}}
+
+
+def _segments(prov: dict) -> dict:
+    """Where the continuation's steps ran, from its stored provenance: the sessions
+    that resumed it, those that started from a tree with uncommitted changes
+    (``+dirty``), and the devices other than the CPU of the export (``resumed_on``)."""
+    resumed = prov.get("resumed_at_commits", [])
+    dirty = [c for c in resumed if c.endswith("+dirty")]
+    return {"started_at": prov["git_commit"][:7], "device": prov["device"],
+            "resumes": len(resumed), "dirty_resumes": len(dirty),
+            "dirty_commits": ", ".join(c[:7] + "+dirty" for c in dirty),
+            "other_devices": "; ".join(prov.get("resumed_on", [])),
+            "wall_seconds": prov["wall_seconds"]}
 
 
 def reported(stored: dict, stored_bpe: dict, paper_bpe: dict, seeds: dict,
@@ -123,14 +149,16 @@ def reported(stored: dict, stored_bpe: dict, paper_bpe: dict, seeds: dict,
         own = np.asarray(stored["models"][label]["sweep"][q])[:, :, -1].mean()
         structure[name] = {"own": 100 * own,
                            "gaussian": 100 * np.mean(stored["proxy"][str(dim)][-1])}
+    bpe_refs = bpe_references(paper_bpe)
     return {"lm_paper": _lm_run(stored), "lm_quick_bpe": _lm_run(stored_bpe),
-            "lm_paper_bpe": _lm_run(paper_bpe),
+            "lm_paper_bpe": {**_lm_run(paper_bpe), "references": bpe_refs},
             "gap": {k: v for k, v in gap.items() if not k.startswith("fast_")},
             "tokenisation": tokenisation_at_paper_length(stored, paper_bpe, seeds),
             "lengths_or_directions": structure, "seeds_table1": _seeds(seeds),
             "seeds_table1_50000": _continuation(continuation),
             "claims": {c.key: c for c in lm_claims(stored, stored_bpe)
-                       + tokenisation_claims(stored, paper_bpe, seeds)}}
+                       + tokenisation_claims(stored, paper_bpe, seeds)
+                       + [bpe_learning_claim(paper_bpe, bpe_refs)]}}
 
 
 def main(argv: list[str] | None = None):

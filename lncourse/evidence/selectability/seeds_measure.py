@@ -9,7 +9,9 @@ at n = T (the whole context), before the LayerNorm (``resid_pre``) and after it
 :func:`measure_cached` keeps each model's measurement at a step in a directory of small
 files, keyed by its weights and contexts, so that an export can reuse what an earlier
 process measured (the curve's snapshots while the run still trains; the last step split
-between processes, ``--warm``). :func:`layer_rows` gives the per-layer means with intervals over seeds and contexts;
+between processes, ``--warm``). :func:`layer_rows` gives the per-layer means with intervals
+over seeds (Student-t, which judges the paper's values and trends) or over seeds and
+contexts (the percentile bootstrap, about the range of three seeds);
 :func:`claims` the chapter's checked statements about them.
 Shapes: fractions [model][layer][context].
 """
@@ -31,6 +33,7 @@ from lncourse.evidence.claims import Claim
 from lncourse.selectability.experiments import PAPER_TABLE1, PAPER_TABLE2, prefix_fractions
 from lncourse.selectability.lm import (VARIANTS, KeysLMConfig, build_model, held_out_contexts,
                                layer_vectors, stored_models as models_at, tokenized)
+from lncourse.summary import paired_interval
 
 __all__ = ["Claim", "result_of", "models_at", "measure", "measure_cached", "late_change", "layer_rows", "overall", "curve",
            "claims", "seeds_table", "PAPER"]
@@ -138,16 +141,30 @@ def _bootstrap(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple:
     return 100 * values.mean(), 100 * lo, 100 * hi
 
 
-def layer_rows(result: dict, which: str = "final", step: int | None = None) -> dict:
+def _student_t(values: np.ndarray) -> tuple:
+    """Mean of values (seeds, contexts) and the 95% Student-t interval of the mean over
+    seeds, each seed's mean over its contexts one observation: (mean, low, high), in %.
+    With three seeds the bootstrap above is about their range; this is the interval
+    for judging a paper's value or a trend."""
+    return tuple(100 * v for v in paired_interval(np.asarray(values).mean(axis=1)))
+
+
+INTERVALS = {"bootstrap": _bootstrap, "t": _student_t}
+
+
+def layer_rows(result: dict, which: str = "final", step: int | None = None,
+               interval: str = "bootstrap") -> dict:
     """{(label, "before"/"after"): [(mean, low, high) per layer]} in %, over the seeds
-    and contexts measured (``which``: "final", or "curve" at ``step``)."""
+    and contexts measured (``which``: "final", or "curve" at ``step``); ``interval``:
+    "bootstrap" (:func:`_bootstrap`) or "t" (:func:`_student_t`)."""
+    ci = INTERVALS[interval]
     data = result["final"] if which == "final" else result["curve"][str(step)]
     rows = {}
     for label in VARIANTS:
         idx = [m for m, lab in enumerate(result["labels"]) if lab == label]
         for q in ("before", "after"):
             arr = np.asarray([data[q][m] for m in idx])          # (seeds, layers, contexts)
-            rows[label, q] = [_bootstrap(arr[:, L]) for L in range(arr.shape[1])]
+            rows[label, q] = [ci(arr[:, L]) for L in range(arr.shape[1])]
     return rows
 
 
@@ -183,22 +200,28 @@ PLATEAU_FROM, PLATEAU_BAND, PLATEAU_SET_AT = 1000, 3.0, 6000
 SETTLE_SINCE, SETTLE_BAND = 24000, 2.0
 
 
-def late_change(result: dict, label: str, q: str = "after", since: int | None = None
-                ) -> tuple:
+def late_change(result: dict, label: str, q: str = "after", since: int | None = None,
+                interval: str = "t") -> tuple:
     """The change of the fraction (mean over layers) from step ``since`` to the last
     stored step (``since`` defaults to ``SETTLE_SINCE``), on the curve's contexts, paired
-    by model and context, in points, with the interval of :func:`_bootstrap`: (mean,
-    low, high)."""
+    by model and context, in points, with the interval ``interval`` ("t": Student-t over
+    seeds, :func:`_student_t`; "bootstrap": :func:`_bootstrap`): (mean, low, high)."""
     since = SETTLE_SINCE if since is None else since
     last = str(result["snapshot_steps_done"][-1])
     idx = [m for m, lab in enumerate(result["labels"]) if lab == label]
     a = np.asarray([result["curve"][str(since)][q][m] for m in idx]).mean(axis=1)
     b = np.asarray([result["curve"][last][q][m] for m in idx]).mean(axis=1)
-    return _bootstrap(b - a)
+    return INTERVALS[interval](b - a)
+
 
 PAPER = {("no scaling before attention", "after"): PAPER_TABLE1["without scaling"],
          ("full LayerNorm", "after"): PAPER_TABLE1["with scaling"],
          ("full LayerNorm", "before"): PAPER_TABLE2["before LayerNorm"]}
+# What the replication page says of each row, per layer against the Student-t
+# interval: Table 1's profile (and the zeros with scaling) within it in every layer,
+# Table 2's not (its mean over layers is below the paper's, seeds_stats.stats_claims).
+PAPER_INSIDE = {("no scaling before attention", "after"): True,
+                ("full LayerNorm", "after"): True, ("full LayerNorm", "before"): False}
 
 
 def _fmt(e) -> str:
@@ -209,7 +232,7 @@ def claims(result: dict) -> list[Claim]:
     """The chapter's statements about the seeded runs, checked against ``result``."""
     done, total = result["steps_done"], result["config"]["lm"]["steps"]
     last = result["snapshot_steps_done"][-1]
-    rows = layer_rows(result)
+    rows = layer_rows(result, interval="t")      # judging: Student-t over seeds
     full, nos = "full LayerNorm", "no scaling before attention"
     n_seeds = len(set(result["seeds"]))
     out = [Claim("steps", f"The runs reached step {done:,} of {total:,} "
@@ -225,7 +248,8 @@ def claims(result: dict) -> list[Claim]:
     low = [r[1] for r in rows[nos, "after"]]
     out.append(Claim("no_scaling_positive", "Without scaling every layer has unselectable "
                      "keys after the norm: per layer " + ", ".join(
-                         _fmt(r) for r in rows[nos, "after"]) + ".", bool(min(low) > 0)))
+                         _fmt(r) for r in rows[nos, "after"]) + " (95% Student-t over "
+                     "seeds).", bool(min(low) > 0)))
     steps, vals = curve(result, nos)
     first, final = vals[0].mean(), vals[-1].mean()
     if len(steps) > 1:   # a trend needs two measured steps
@@ -254,30 +278,38 @@ def claims(result: dict) -> list[Claim]:
         out.append(Claim(
             "settled", f"Over its last {done - SETTLE_SINCE:,} steps, Table 1's quantity "
             f"changed by {d[0]:+.1f} points [{d[1]:+.1f}, {d[2]:+.1f}] (paired by model "
-            f"and context): {'inside' if -SETTLE_BAND < d[1] and d[2] < SETTLE_BAND else 'not inside'} "
+            f"and context, 95% Student-t over seeds): {'inside' if -SETTLE_BAND < d[1] and d[2] < SETTLE_BAND else 'not inside'} "
             f"the ±{SETTLE_BAND:.0f} points set in advance for a settled count.",
-            bool(-SETTLE_BAND < d[1] and d[2] < SETTLE_BAND)))
+            bool(-SETTLE_BAND < d[1] and d[2] < SETTLE_BAND), {"change": d}))
     for key, paper in PAPER.items():
         ours = rows[key]
         gaps = [o[0] - p for o, p in zip(ours, paper)]
+        inside = [o[1] <= p <= o[2] for o, p in zip(ours, paper)]
+        where = ", ".join(f"L{i + 1}" for i, v in enumerate(inside) if not v)
         out.append(Claim(f"paper_{key[0].split()[0]}_{key[1]}",
                          f"{key[0]}, {key[1]} the norm: ours " + ", ".join(
                              f"L{i + 1} {_fmt(o)} (paper {p:.1f})"
                              for i, (o, p) in enumerate(zip(ours, paper)))
-                         + f"; largest difference {max(gaps, key=abs):+.1f} points.", True))
+                         + f" (95% Student-t over seeds); largest difference "
+                         f"{max(gaps, key=abs):+.1f} points; the paper's value is "
+                         + (f"outside the interval in {where}" if where else
+                            "inside the interval in every layer") + ".",
+                         bool(all(inside)) == PAPER_INSIDE[key],
+                         {"inside": inside, "gaps": gaps, "paper": list(paper)}))
     return out
 
 
 def seeds_table(result: dict, width: int | None = None) -> str:
-    """Tables 1 and 2 from the seeded runs: per layer, mean [95% interval] over seeds and
-    contexts, each beside the paper's row; ``width`` defaults to the book's column."""
+    """Tables 1 and 2 from the seeded runs: per layer, mean [95% Student-t interval over
+    seeds] (each seed's mean over its contexts one observation), each beside the paper's
+    row; ``width`` defaults to the book's column."""
     from lncourse.paper import format_table
     from lncourse.results import COLUMN_CHARS
-    rows = layer_rows(result)
+    rows = layer_rows(result, interval="t")
     out = []
     for (label, q), paper in PAPER.items():   # the interval on a row of its own (column)
         out.append([f"ours: {label}, {q} ln1", *[float(m) for m, _, _ in rows[label, q]]])
-        out.append(["  95% interval",
+        out.append(["  95% Student-t",
                     *[f"[{lo:.1f}, {hi:.1f}]" for _, lo, hi in rows[label, q]]])
         out.append(["  paper", *[float(p) for p in paper]])
     n_layers = len(next(iter(rows.values())))

@@ -12,6 +12,8 @@ replication page reports, beside it:
 - the **final test losses** of the two models per seed, their paired difference with its
   t interval, beside the unigram and bigram losses of the data
   (:func:`lncourse.lm.reference_losses`);
+- **the trends**, each change with its Student-t interval over seeds (:func:`drift`):
+  Table 1's from step 400 to the end, across the paper's value;
 - **Table 2's settling test**: the test Table 1's count passed
   (:data:`~lncourse.evidence.selectability.seeds_measure.SETTLE_SINCE`,
   :data:`~lncourse.evidence.selectability.seeds_measure.SETTLE_BAND`, written down at step
@@ -33,7 +35,8 @@ from lncourse.evidence.selectability.seeds_measure import (PAPER, SETTLE_BAND, S
                                                   late_change)
 
 __all__ = ["t_interval", "prediction_interval", "seed_means", "table_intervals",
-           "final_losses", "loss_difference", "data_references", "table2_drift",
+           "final_losses", "loss_difference", "data_references", "drift",
+           "table1_drift", "table2_drift",
            "stats_claims", "continuation_claims", "T1_50K_BAND", "FULL", "NO_SCALING",
            "LOSS_FROM_STEP"]
 
@@ -124,18 +127,33 @@ def data_references(result: dict) -> dict:
     return reference_losses(train_ids, test_ids, tok.vocab_size)
 
 
-def table2_drift(result: dict, early: int = 400) -> dict:
-    """Table 2's quantity (mean over layers, seeds and the curve's contexts) at step
-    ``early`` and at the last stored step, beside the paper's average; and the settling
-    test: the change over the last steps since ``SETTLE_SINCE`` (paired by model and
-    context, bootstrap interval of :func:`seeds_measure.late_change`)."""
-    steps, vals = curve(result, FULL, "before")
+def drift(result: dict, label: str, q: str, early: int = 400) -> dict:
+    """A table's quantity (mean over layers, seeds and the curve's contexts) at step
+    ``early`` and at the last stored step, beside the paper's average; its change from
+    ``early`` to the last step; and the settling test: the change over the last steps
+    since ``SETTLE_SINCE``. Each change is paired by model and context, with the 95%
+    Student-t interval over seeds (:func:`seeds_measure.late_change`): with three seeds
+    the bootstrap is about their range, too narrow to judge a trend."""
+    steps, vals = curve(result, label, q)
     level = dict(zip(steps, vals.mean(axis=1).tolist()))
-    change = late_change(result, FULL, "before")
+    change = late_change(result, label, q)
+    fall = late_change(result, label, q, since=early)
     return {"early_step": early, "early": level[early], "last_step": steps[-1],
-            "last": level[steps[-1]], "paper": float(np.mean(PAPER[FULL, "before"])),
+            "last": level[steps[-1]], "paper": float(np.mean(PAPER[label, q])),
             "change": tuple(float(v) for v in change),
+            "change_since_early": tuple(float(v) for v in fall),
             "settled": bool(-SETTLE_BAND < change[1] and change[2] < SETTLE_BAND)}
+
+
+def table2_drift(result: dict, early: int = 400) -> dict:
+    """:func:`drift` of Table 2's quantity (full LayerNorm, before it)."""
+    return drift(result, FULL, "before", early)
+
+
+def table1_drift(result: dict, early: int = 400) -> dict:
+    """:func:`drift` of Table 1's quantity (no scaling, after ``ln1``); ``early``
+    defaults to the length of the one-seed stored run."""
+    return drift(result, NO_SCALING, "after", early)
 
 
 def _ci(e, unit: str = "%", digits: int = 1) -> str:
@@ -185,17 +203,33 @@ def stats_claims(result: dict, refs: dict) -> list[Claim]:
         f"step {since:,} on." if since is not None else
         "The mean over seeds of that difference is not below zero at the last step.",
         since is not None and since <= LOSS_FROM_STEP, {"since": since}))
+    d = table1_drift(result)
+    f = d["change_since_early"]
+    out.append(Claim(
+        "table1_training",
+        f"Table 1's quantity (the same means) is {d['early']:.1f}% at step "
+        f"{d['early_step']:,} and {d['last']:.1f}% at step {d['last_step']:,}: a change "
+        f"of {f[0]:+.1f} points [{f[1]:+.1f}, {f[2]:+.1f}] (95% Student-t over seeds), "
+        f"from {'above' if d['early'] > d['paper'] else 'below'} the paper's "
+        f"{d['paper']:.1f}% to {'below' if d['last'] < d['paper'] else 'above'} it.",
+        bool(f[2] < 0 and d["early"] > d["paper"] > d["last"]), d))
     d = table2_drift(result)
+    c, f = d["change"], d["change_since_early"]
     out.append(Claim(
         "table2_not_settled",
         f"Table 2's quantity (mean over layers, seeds and the {result['curve_contexts']} "
         f"contexts measured at every stored step) is {d['early']:.1f}% at step "
         f"{d['early_step']:,} and {d['last']:.1f}% at step {d['last_step']:,} (paper "
-        f"{d['paper']:.1f}%). Over the last {d['last_step'] - SETTLE_SINCE:,} steps it "
-        f"changed by {d['change'][0]:+.1f} points [{d['change'][1]:+.1f}, "
-        f"{d['change'][2]:+.1f}]: {'inside' if d['settled'] else 'not inside'} the "
-        f"±{SETTLE_BAND:.0f} points of Table 1's settling test.",
-        bool(not d["settled"] and d["change"][2] < 0
+        f"{d['paper']:.1f}%): a change of {f[0]:+.1f} points [{f[1]:+.1f}, {f[2]:+.1f}] "
+        f"(paired by model and context, 95% Student-t over seeds), away from the paper's "
+        f"value. Over the last {d['last_step'] - SETTLE_SINCE:,} steps it changed by "
+        f"{c[0]:+.1f} points [{c[1]:+.1f}, {c[2]:+.1f}]: "
+        f"{'inside' if d['settled'] else 'not inside'} the ±{SETTLE_BAND:.0f} points of "
+        f"Table 1's settling test, and " + (
+            f"an interval that contains zero: three seeds neither show it still "
+            f"falling nor rule out a fall of {-c[1]:.0f} points." if c[1] <= 0 <= c[2]
+            else "an interval that excludes zero."),
+        bool(not d["settled"] and f[2] < 0 and c[1] <= 0 <= c[2]
              and abs(d["last"] - d["paper"]) > abs(d["early"] - d["paper"])),
         d))
     return out
@@ -226,7 +260,8 @@ def continuation_claims(cont: dict) -> list[Claim]:
               f"Student-t); one new seed would fall in [{p[1]:.1f}, {p[2]:.1f}]; the "
               f"paper's {paper:.1f}% lies {'inside' if p[1] <= paper <= p[2] else 'outside'}"
               " that prediction interval.", True,
-              {"per_seed": per[last], "t": t, "prediction": p, "paper": paper}),
+              {"per_seed": per[last], "t": t, "prediction": p, "paper": paper,
+               "prediction_width": p[2] - p[1]}),
         Claim("table1_34000_to_50000", f"From step {int(start):,} to {int(last):,} it "
               f"changed by {change[0]:+.1f} points [{change[1]:+.1f}, {change[2]:+.1f}] "
               f"(per seed, 95% Student-t): {'inside' if inside else 'outside'} the "
