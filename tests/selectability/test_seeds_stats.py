@@ -43,7 +43,7 @@ def test_intervals_refuse_bad_input(bad):
 
 def test_the_claims_hold_on_the_stored_run(seeds, refs):
     got = {c.key: c for c in S.stats_claims(seeds, refs)}
-    assert set(got) == {"table1_t", "table2_t", "loss_no_scaling_lower",
+    assert set(got) == {"table1_t", "table2_t", "loss_no_scaling_lower", "learned_by_the_bar",
                         "loss_negative_since", "table1_training", "table2_not_settled"}
     assert all(c.holds for c in got.values()), [c.text for c in got.values()
                                                 if not c.holds]
@@ -91,6 +91,22 @@ def test_loss_claims_fail_when_full_layernorm_ends_lower(seeds, refs):
     # a model no better than the bigram model
     high = {"unigram": 3.3, "bigram": 2.3}
     assert not _claim(seeds, high, "loss_no_scaling_lower").holds
+
+
+def test_the_learned_claim_counts_by_the_course_bar(seeds, refs):
+    """On the stored run: every model below the bigram table, two of six (both without
+    scaling) 0.3 nats below it. A model moved above the table fails the claim; one full
+    LayerNorm model moved 0.31 nats below it changes the count its text states."""
+    c = _claim(seeds, refs, "learned_by_the_bar")
+    assert c.holds and c.values["learned"] == {S.FULL: 0, S.NO_SCALING: 2}, c.text
+    above = copy.deepcopy(seeds)
+    above["histories"][0]["test_loss"][-1] = refs["bigram"] + 0.01
+    assert not _claim(above, refs, "learned_by_the_bar").holds
+    more = copy.deepcopy(seeds)
+    i = more["labels"].index(S.FULL)
+    more["histories"][i]["test_loss"][-1] = refs["bigram"] - 0.31
+    moved = _claim(more, refs, "learned_by_the_bar")
+    assert moved.values["learned"][S.FULL] == 1 and "3 of the 6" in moved.text
 
 
 def test_table2_settling_claim_fails_on_a_flat_curve(seeds, refs):

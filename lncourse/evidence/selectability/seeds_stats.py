@@ -30,6 +30,7 @@ import math
 import numpy as np
 from scipy import stats
 
+from lncourse.lm import LEARNED_MARGIN
 from lncourse.evidence.claims import Claim
 from lncourse.evidence.selectability.seeds_measure import (PAPER, SETTLE_BAND, SETTLE_SINCE, curve,
                                                   late_change)
@@ -196,6 +197,21 @@ def stats_claims(result: dict, refs: dict) -> list[Claim]:
              and worst < refs["bigram"] - 0.1),
         {"full": losses[FULL], "no_scaling": losses[NO_SCALING], "diff": diff["final"],
          "t": diff["t"], "refs": refs}))
+    below = {k: [refs["bigram"] - v for v in vs] for k, vs in losses.items()}
+    learned = {k: sum(x >= LEARNED_MARGIN for x in xs) for k, xs in below.items()}
+    n_models = sum(len(xs) for xs in below.values())
+    out.append(Claim(
+        "learned_by_the_bar",
+        "Below the bigram table by (nats per character): full LayerNorm " + ", ".join(
+            f"{x:.2f}" for x in below[FULL]) + "; no scaling " + ", ".join(
+            f"{x:.2f}" for x in below[NO_SCALING]) + ". Every model is below it, and "
+        f"{sum(learned.values())} of the "
+        f"{n_models} clear the course's bar for 'learned' ({LEARNED_MARGIN} nats below "
+        f"the table): {learned[FULL]} with full LayerNorm, {learned[NO_SCALING]} without "
+        "scaling.",
+        bool(all(x > 0 for xs in below.values() for x in xs)),
+        {"below": below, "learned": learned, "n_models": n_models,
+         "margin": LEARNED_MARGIN}))
     since = diff["negative_since"]
     out.append(Claim(
         "loss_negative_since",
