@@ -10,6 +10,7 @@ error names it. Every check returns None and prints one line when it passes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
@@ -128,6 +129,19 @@ def assert_signature(fn: Callable, params: Sequence[str], name: str) -> None:
                              f"but takes ({', '.join(got)})")
 
 
+def _float32_in(value: Any) -> bool:
+    """True if ``value`` holds a float32 tensor (in a tuple, list or dict at any depth)."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype == torch.float32
+    if isinstance(value, np.ndarray):
+        return value.dtype == np.float32
+    if isinstance(value, (tuple, list)):
+        return any(_float32_in(v) for v in value)
+    if isinstance(value, dict):
+        return any(_float32_in(v) for v in value.values())
+    return False
+
+
 def _named_mistake(got: Any, mistakes: Sequence[Mistake], args64: tuple, kwargs64: dict,
                    precision: torch.dtype, smooth: bool) -> str | None:
     for message, wrong in mistakes:
@@ -146,7 +160,7 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
               passed: str = "matches the reference", mistakes: Sequence[Mistake] = (),
               forbidden: dict[str, str] | None = None, dtype: torch.dtype = torch.float64,
               smooth: bool = True, slack: Callable[[float], float] | None = None,
-              seconds: float | None = None) -> None:
+              seconds: float | None = None, outputs: Sequence[str] = ()) -> None:
     """Judge ``fn`` (the learner's ``name``) on every case; name the mistake when it fails.
 
     Exactly one of ``reference`` (compared in float64, within a tolerance set by the
@@ -154,6 +168,7 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     ``dtype`` is the precision of cases without floating inputs. ``forbidden`` maps the
     dotted names of calls the exercise forbids to the reason shown if one is made;
     ``seconds`` (default ``SECONDS``) limits the time of all calls together.
+    ``outputs`` names the outputs of a function that returns a tuple, for the messages.
     Prints one line when every case passes (two where one would not fit the book's
     column); raises ``AssertionError`` otherwise (and lets the ``NotImplementedError``
     of an unfinished stub through).
@@ -181,7 +196,18 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
                                  "compute a new tensor instead (for example x - m, "
                                  "not x -= m)")
         if reference is not None:
-            ok, diff, why = compare(got, expected, tol, precision)
+            ok, diff, why = compare(got, expected, tol, precision, outputs,
+                                    _float32_in((args, kwargs, got)))
+            if not ok and "rounding of float32" not in why and math.isfinite(diff):
+                # a float32 tensor made inside the function: run it again, watched
+                seen: set = set()
+                with contextlib.suppress(Exception):
+                    call_learner(fn, tuple(map(_clone, args)),
+                                 {k: _clone(v) for k, v in kwargs.items()}, name=name,
+                                 where=where, forbidden=forbidden, seen=seen,
+                                 seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
+                if torch.float32 in seen:
+                    why = compare(got, expected, tol, precision, outputs, True)[2]
         else:
             ok, diff, why = judge(got, args64, kwargs64, precision)
         if ok and non_finite(got) and (reference is None or not non_finite(expected)):
