@@ -114,19 +114,72 @@ def non_finite(value: Any) -> bool:
     return False
 
 
-def assert_signature(fn: Callable, params: Sequence[str], name: str) -> None:
-    """Fail unless ``fn`` is a function taking exactly the parameters ``params``, in order."""
+def _calls(cases: Sequence[Case]) -> list[tuple[int, tuple[str, ...]]]:
+    """How the cases call the function: (number of arguments in order, keyword names)."""
+    seen: list[tuple[int, tuple[str, ...]]] = []
+    for args, kwargs in cases:
+        call = (len(args), tuple(kwargs))
+        if call not in seen:
+            seen.append(call)
+    return seen
+
+
+def assert_signature(fn: Callable, params: Sequence[str], name: str,
+                     cases: Sequence[Case] | None = None) -> None:
+    """Fail unless ``fn`` is a function that accepts every call the check makes.
+
+    A right answer is judged by what it computes: its parameters may have any names where
+    the check passes them in order (their number and order matter, ``params`` only names
+    them in the message), and must have the names the check uses where it calls by
+    keyword (``level=0.9``), which the message then says. ``cases``: the check's calls
+    (None: one call with every parameter in order).
+    """
     if not callable(fn):
         raise AssertionError(f"check_{name} expects a function, got {type(fn).__name__}")
     try:
-        got = list(inspect.signature(fn).parameters)
+        signature = inspect.signature(fn)
     except (TypeError, ValueError):
         raise AssertionError(
             f"{name}: {getattr(fn, '__name__', fn)!r} is a built-in whose parameters cannot "
             f"be read; write your own function, def {name}({', '.join(params)}): ...") from None
-    if got != list(params):
-        raise AssertionError(f"{name} should take parameters ({', '.join(params)}), "
-                             f"but takes ({', '.join(got)})")
+    got = ", ".join({inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"
+                     }.get(p.kind, "") + p.name for p in signature.parameters.values())
+    calls = _calls(cases) if cases is not None else [(len(params), ())]
+    for n, keywords in calls:
+        try:
+            signature.bind(*range(n), **{k: None for k in keywords})
+        except TypeError:
+            pass
+        else:
+            continue
+        by_name = {p.name for p in signature.parameters.values()
+                   if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        any_name = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+        for k in keywords:       # a keyword the function lacks: its name matters
+            if k not in by_name and not any_name:
+                example = f"{name}({', '.join([*params[:n], f'{k}=...'])})"
+                raise AssertionError(
+                    f"{name} should have a parameter named `{k}`: the check calls it by "
+                    f"keyword, {example}, as the exercise's signature names it, so that "
+                    f"name matters (the other parameters' names are yours to choose); "
+                    f"yours takes ({got})") from None
+        order = ", ".join(params[:n])
+        required = [p.name for p in signature.parameters.values()
+                    if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
+                                                           p.POSITIONAL_OR_KEYWORD)]
+        if len(required) > n and n < len(params):
+            raise AssertionError(
+                f"{name}: the check calls it with {n} argument{'s' * (n != 1)} in order, "
+                f"{name}({', '.join([*params[:n], *(f'{k}=...' for k in keywords)])}), "
+                f"so every further parameter needs a default, as in the exercise's "
+                f"signature, but yours takes ({got})")
+        if n == 1:
+            raise AssertionError(f"{name} should take 1 parameter, ({order}); its name is "
+                                 f"yours to choose (the check passes it in order), but "
+                                 f"yours takes ({got})")
+        raise AssertionError(f"{name} should take {n} parameters, in this order: ({order}); "
+                             f"their names are yours to choose (the check passes them in "
+                             f"order), but yours takes ({got})")
 
 
 def _float32_in(value: Any) -> bool:
@@ -175,7 +228,7 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     """
     if (reference is None) == (judge is None):
         raise ValueError("give exactly one of reference and judge")
-    assert_signature(fn, params, name)
+    assert_signature(fn, params, name, cases)
     limit = SECONDS if seconds is None else seconds
     deadline = time.monotonic() + limit
     worst = 0.0

@@ -100,8 +100,9 @@ def test_crash_builtin_signature_and_mutation_are_reported():
         checks.check_centering_matrix(lambda d: 1 / 0)
     with pytest.raises(AssertionError, match="'eye' is a built-in whose parameters cannot be read"):
         checks.check_centering_matrix(torch.eye)
-    with pytest.raises(AssertionError, match=r"should take parameters \(x, gamma, beta, eps\)"):
-        checks.check_layer_norm_fgh(lambda x, g, b, eps: x)
+    with pytest.raises(AssertionError, match=r"should take 4 parameters, in this order: "
+                                             r"\(x, gamma, beta, eps\); their names are yours"):
+        checks.check_layer_norm_fgh(lambda x, g, b: x)
     with pytest.raises(AssertionError, match="expects a function, got int"):
         checks.check_layer_norm_fgh(3)
 
@@ -219,3 +220,35 @@ def test_a_dict_input_is_described_by_its_shapes_not_its_values():
     message = str(info.value)
     assert "a dict of 4 entries, each array(10,)" in message
     assert "array([" not in message and len(message) < 300, message
+
+
+# ----------------------------- issue 60, item 4: right answers judged by what they compute
+def test_parameter_names_are_free_where_the_check_calls_in_order(capsys):
+    """Renamed parameters pass, extra ones with defaults and *args too; a wrong number is
+    refused, saying the names are free; a keyword the check calls by is named."""
+    checks.check_layer_norm_fgh(lambda v, g, b, epsilon: layer_norm_fgh(v, g, b, epsilon))
+    checks.check_layer_norm_fgh(lambda *args: layer_norm_fgh(*args))
+    checks.check_layer_norm_fgh(lambda x, g, b, e, scale=1.0: layer_norm_fgh(x, g, b, e) * scale)
+    assert capsys.readouterr().out.count("check_layer_norm_fgh passed") == 3
+    with pytest.raises(AssertionError, match=r"should take 1 parameter, \(d\); its name is "
+                                             r"yours to choose .* but yours takes \(n, m\)"):
+        checks.check_centering_matrix(lambda n, m: torch.eye(n))
+    with pytest.raises(AssertionError, match=r"should take 4 parameters, in this order: "
+                                             r"\(x, gamma, beta, eps\).* yours takes "
+                                             r"\(x, gamma, beta, eps, extra\)"):
+        checks.check_layer_norm_fgh(lambda x, gamma, beta, eps, extra: x)
+
+    def effect(c, conf=0.95):
+        return 0.0, 0.0, 0.0
+    with pytest.raises(AssertionError, match=r"should have a parameter named `level`: the "
+                                             r"check calls it by keyword, projection_main_"
+                                             r"effect\(cells, level=...\).* yours takes "
+                                             r"\(c, conf\)"):
+        checks.check_projection_main_effect(effect)
+
+    def effect_required(c, level):
+        return 0.0, 0.0, 0.0
+    with pytest.raises(AssertionError, match=r"calls it with 1 argument in order, "
+                                             r"projection_main_effect\(cells\), so every "
+                                             r"further parameter needs a default"):
+        checks.check_projection_main_effect(effect_required)
