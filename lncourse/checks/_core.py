@@ -251,8 +251,10 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
         if reference is not None:
             ok, diff, why = compare(got, expected, tol, precision, outputs,
                                     _float32_in((args, kwargs, got)))
-            if not ok and "rounding of float32" not in why and math.isfinite(diff):
-                # a float32 tensor made inside the function: run it again, watched
+            hinted = (compare(got, expected, tol, precision, outputs, True)[2]
+                      if not ok and math.isfinite(diff) else why)
+            if hinted != why:
+                # a float32 tensor made inside the function? Run it again, watched
                 seen: set = set()
                 with contextlib.suppress(Exception):
                     call_learner(fn, tuple(map(_clone, args)),
@@ -260,7 +262,7 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
                                  where=where, forbidden=forbidden, seen=seen,
                                  seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
                 if torch.float32 in seen:
-                    why = compare(got, expected, tol, precision, outputs, True)[2]
+                    why = hinted
         else:
             ok, diff, why = judge(got, args64, kwargs64, precision)
         if ok and non_finite(got) and (reference is None or not non_finite(expected)):
