@@ -89,6 +89,22 @@ def _op_guard(ops: dict[str, str]):
     return Guard()
 
 
+def _dtype_watch(seen: set):
+    """A dispatch mode that adds to ``seen`` the dtype of every tensor an operation makes."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, torch.Tensor):
+                    seen.add(t.dtype)
+            return out
+
+    return Watch()
+
+
 @contextlib.contextmanager
 def forbid(paths: Sequence[str], fn: Callable | None = None) -> Iterator[None]:
     """Within the block, calling any of ``paths`` (dotted names) raises ``ForbiddenCall``.
@@ -209,8 +225,11 @@ def explain(err: BaseException, name: str, where: str, limit: float | None,
 
 def call_learner(fn: Callable, args: tuple, kwargs: dict, *, name: str, where: str,
                  forbidden: dict[str, str] | None = None, seconds: float | None = None,
-                 limit: float | None = None) -> tuple[Any, tuple, dict]:
+                 limit: float | None = None, seen: set | None = None) -> tuple[Any, tuple, dict]:
     """``fn(*args, **kwargs)`` under the exercise's rules; returns (output, args, kwargs).
+
+    ``seen``: a set that gets the dtype of every tensor the call's operations make (the
+    checks ask, to give the float32 hint only where a float32 tensor was made).
 
     The arguments are returned as they are after the call, so that the caller can tell
     whether the function modified them in place. ``forbidden`` maps dotted names the
@@ -220,10 +239,11 @@ def call_learner(fn: Callable, args: tuple, kwargs: dict, *, name: str, where: s
     remote = getattr(fn, "lncourse_call", None)
     if remote is not None:
         return remote(args, kwargs, name=name, where=where, forbidden=forbidden,
-                      seconds=seconds, limit=limit)
+                      seconds=seconds, limit=limit, seen=seen)
     forbidden = forbidden or {}
     try:
-        with forbid(list(forbidden), fn), time_limit(seconds):
+        watch = _dtype_watch(seen) if seen is not None else contextlib.nullcontext()
+        with forbid(list(forbidden), fn), time_limit(seconds), watch:
             out = fn(*args, **kwargs)
     except (KeyboardInterrupt, SystemExit):
         raise

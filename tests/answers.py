@@ -1756,3 +1756,156 @@ def along_orthogonal(h):
 @wrong("fraction_along_ones", "square the sum")
 def along_rms(h):
     return (h * h).mean(-1) / (h * h).sum(-1)
+
+
+# ================================================ mistakes the teacher's probes found
+# (issue 60, item 7): each got only "differs from the reference"; now each is named.
+@wrong("layer_norm_jacobian", "epsilon is missing from z")
+def jacobian_eps_left_out_of_z(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    s = torch.sqrt((c * c).mean() + eps)
+    z = c / torch.sqrt((c * c).mean())
+    P = torch.eye(d, dtype=x.dtype) - torch.ones(d, d, dtype=x.dtype) / d
+    return gamma[:, None] * (P - torch.outer(z, z) / d) / s
+
+
+@wrong("layer_norm_jacobian", "epsilon is missing from the factor 1 / s")
+def jacobian_eps_only_in_z(x, gamma, eps):
+    d = len(x)
+    c = x - x.mean()
+    z = c / torch.sqrt((c * c).mean() + eps)
+    P = torch.eye(d, dtype=x.dtype) - torch.ones(d, d, dtype=x.dtype) / d
+    return gamma[:, None] * (P - torch.outer(z, z) / d) / torch.sqrt((c * c).mean())
+
+
+@wrong("layer_norm_backward", r"grad_gamma is summed over the first axis only")
+def layer_norm_backward_gamma_first_axis(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    z = c / s
+    gz = grad_out * gamma
+    gx = (gz - gz.mean(-1, keepdim=True) - z * (gz * z).mean(-1, keepdim=True)) / s
+    rows = tuple(range(x.dim() - 1))
+    return gx, (grad_out * z).sum(0), grad_out.sum(rows)
+
+
+@wrong("layer_norm_backward", r"grad_gamma and grad_beta are summed over the first axis")
+def layer_norm_backward_first_axis(x, gamma, eps, grad_out):
+    c = x - x.mean(-1, keepdim=True)
+    s = torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+    z = c / s
+    gz = grad_out * gamma
+    gx = (gz - gz.mean(-1, keepdim=True) - z * (gz * z).mean(-1, keepdim=True)) / s
+    return gx, (grad_out * z).sum(dim=0), grad_out.sum(dim=0)
+
+
+@wrong("projection_main_effect", "two slips")
+def projection_main_effect_normal_ddof0(cells, level=0.95):
+    from scipy import stats
+    a, b, c, e = (np.asarray(cells[k], dtype=float) for k in
+                  ("layernorm", "no_projection", "layernorm_released_scale",
+                   "no_projection_released"))
+    d = ((a - b) + (c - e)) / 2
+    half = stats.norm.ppf(0.5 + level / 2) * d.std() / math.sqrt(len(d))
+    return d.mean(), d.mean() - half, d.mean() + half
+
+
+@wrong("projection_main_effect", r"not the normal quantile \(on")
+def projection_main_effect_normal_quantile(cells, level=0.95):
+    from scipy import stats
+    a, b, c, e = (np.asarray(cells[k], dtype=float) for k in
+                  ("layernorm", "no_projection", "layernorm_released_scale",
+                   "no_projection_released"))
+    d = ((a - b) + (c - e)) / 2
+    half = stats.norm.ppf(0.5 + level / 2) * d.std(ddof=1) / math.sqrt(len(d))
+    return d.mean(), d.mean() - half, d.mean() + half
+
+
+@wrong("running_mean", "positions counted from 0")
+def running_mean_from_zero(v):
+    m = torch.arange(v.shape[-2], dtype=v.dtype).clamp(min=1)
+    return v.cumsum(dim=-2) / m[:, None]
+
+
+@wrong("running_mean", "positions counted from 0")
+def running_mean_from_zero_unclamped(v):
+    m = torch.arange(v.shape[-2], dtype=v.dtype)
+    return v.cumsum(dim=-2) / m[:, None]
+
+
+@wrong("sample_covariance", "you centred each row")
+def covariance_rows_centred(samples):
+    centred = samples - samples.mean(dim=1, keepdim=True)
+    return centred.T @ centred / (samples.shape[0] - 1)
+
+
+@wrong("masked_attention", "a masked logit of 0 still gets weight")
+def masked_with_zeros(scores, causal):
+    if causal:
+        T = scores.shape[-1]
+        scores = scores * torch.ones(T, T, dtype=scores.dtype).tril()
+    return scores.softmax(dim=-1)
+
+
+@wrong("masked_attention", "adding 0 or 1 to the logits")
+def masked_adding_ones(scores, causal):
+    if causal:
+        T = scores.shape[-1]
+        scores = scores + torch.ones(T, T, dtype=scores.dtype).tril()
+    return scores.softmax(dim=-1)
+
+
+@wrong("masked_attention", "after the softmax")
+def masked_after_softmax(scores, causal):
+    a = scores.softmax(dim=-1)
+    if causal:
+        T = scores.shape[-1]
+        a = a * torch.ones(T, T, dtype=scores.dtype).tril()
+    return a
+
+
+@wrong("dyt", "gamma multiplies the tanh from outside")
+def dyt_gamma_inside(x, alpha, gamma, beta):
+    return torch.tanh(alpha * gamma * x) + beta
+
+
+@wrong("qk_norm_scores", "not to RMS 1")
+def qk_unit_length_scaled(q, k, eps):
+    qn = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + eps)
+    kn = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + eps)
+    return qn @ kn.transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+
+@wrong("qk_norm_scores", "not to RMS 1")
+def qk_unit_length_normalize(q, k, eps):
+    qn = torch.nn.functional.normalize(q, dim=-1)
+    kn = torch.nn.functional.normalize(k, dim=-1)
+    return qn @ kn.transpose(-1, -2) / math.sqrt(q.shape[-1])
+
+
+@wrong("qk_norm_scores", "cosine similarity")
+def qk_cosine_with_eps(q, k, eps):
+    qn = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + eps)
+    kn = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + eps)
+    return qn @ kn.transpose(-1, -2)
+
+
+@wrong("qk_logit_bound", "not the sum")
+def qk_bound_sum_over_channels(g_q, g_k):
+    return math.sqrt(g_q.shape[-1]) * (g_q * g_k).abs().sum(-1)
+
+
+@wrong("qk_logit_bound", "not the norm")
+def qk_bound_product_norm(g_q, g_k):
+    return math.sqrt(g_q.shape[-1]) * torch.linalg.vector_norm(g_q * g_k, dim=-1)
+
+
+@wrong("fraction_along_ones", "unsquared")
+def along_mean_not_squared(h):
+    return h.shape[-1] * h.mean(-1) / h.pow(2).sum(-1)
+
+
+@wrong("fraction_along_ones", "not the length")
+def along_over_length(h):
+    return h.shape[-1] * h.mean(-1).pow(2) / h.norm(dim=-1)

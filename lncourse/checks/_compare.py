@@ -9,7 +9,7 @@ So a float32 answer to float32 inputs passes, and so does a more accurate float6
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,13 @@ def describe(value: Any) -> str:
         return f"array{value.shape}"
     if isinstance(value, (list, tuple)):
         return "(" + ", ".join(describe(v) for v in value) + ")"
-    return repr(value)
+    if isinstance(value, dict):     # its shapes, never its values (say four arrays)
+        parts = {describe(v) for v in value.values()}
+        if len(value) > 1 and len(parts) == 1:
+            return f"a dict of {len(value)} entries, each {parts.pop()}"
+        return "{" + ", ".join(f"{k!s}: {describe(v)}" for k, v in value.items()) + "}"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{type(value).__name__} of {len(text)} characters"
 
 
 def describe_case(args: tuple, kwargs: dict) -> str:
@@ -126,20 +132,30 @@ def kind_problem(got: Any, expected: Tensor, precision: torch.dtype) -> str | No
 
 
 # ------------------------------------------------------------------------ values
-def compare(got: Any, expected: Any, tolerance: Any, precision: torch.dtype) -> Verdict:
+def compare(got: Any, expected: Any, tolerance: Any, precision: torch.dtype,
+            outputs: Sequence[str] = (), float32_seen: bool = False) -> Verdict:
     """Compare an answer with the float64 reference, elementwise within ``tolerance``.
 
-    ``expected`` may be a tuple of outputs (``tolerance`` then has the same structure).
+    ``expected`` may be a tuple of outputs (``tolerance`` then has the same structure);
+    ``outputs`` names them, for the message that says which one is wrong.
+    ``float32_seen``: a float32 tensor was present in the call (an input, the answer, or
+    made on the way); only then does a difference the size of float32's rounding get
+    the float32 hint.
     """
     if isinstance(expected, (tuple, list)):
+        named = len(outputs) == len(expected)
         if not isinstance(got, (tuple, list)) or len(got) != len(expected):
             what = "None: did you forget `return`?" if got is None else describe(got)
-            return False, math.inf, (f"expected a tuple of {len(expected)} values, got {what}")
+            which = f" ({', '.join(outputs)})" if named else ""
+            return False, math.inf, (f"expected a tuple of {len(expected)} values{which}, "
+                                     f"got {what}")
         worst = 0.0
         for i, (g, e, t) in enumerate(zip(got, expected, tolerance)):
-            ok, diff, why = compare(g, e, t, precision)
+            ok, diff, why = compare(g, e, t, precision, float32_seen=float32_seen)
             if not ok:
-                return False, diff, f"item {i}: {why}"
+                where = (f"{outputs[i]} (item {i} of the tuple)" if named
+                         else f"item {i} of the tuple")
+                return False, diff, f"{where}: {why.replace('your output', 'it', 1)}"
             worst = max(worst, diff)
         return True, worst, ""
     e = as_tensor(expected)
@@ -148,7 +164,8 @@ def compare(got: Any, expected: Any, tolerance: Any, precision: torch.dtype) -> 
         return False, math.inf, problem
     g = as_tensor(got).cpu()
     if tuple(g.shape) != tuple(e.shape):
-        return False, math.inf, f"shape {tuple(g.shape)}, expected {tuple(e.shape)}"
+        return False, math.inf, (f"your output has shape {tuple(g.shape)}, expected "
+                                 f"{tuple(e.shape)}")
     if not e.is_floating_point():
         wrong = int((g != e).sum())
         return wrong == 0, float(wrong), f"{wrong} of {e.numel()} entries differ"
@@ -164,7 +181,8 @@ def compare(got: Any, expected: Any, tolerance: Any, precision: torch.dtype) -> 
         return True, worst, ""
     why = f"largest difference {worst:.3g}"
     scale = float(e64.abs().max()) if e64.numel() else 0.0
-    if precision == torch.float64 and scale > 0 and 1e-10 < worst / scale < 1e-5:
+    if (float32_seen and precision == torch.float64 and scale > 0
+            and 1e-10 < worst / scale < 1e-5):
         why += (" (about the rounding of float32: did a tensor get created in float32? "
                 "torch.ones, torch.eye and torch.tensor default to float32)")
     return False, worst, why

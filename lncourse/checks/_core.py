@@ -10,6 +10,7 @@ error names it. Every check returns None and prints one line when it passes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
@@ -113,19 +114,85 @@ def non_finite(value: Any) -> bool:
     return False
 
 
-def assert_signature(fn: Callable, params: Sequence[str], name: str) -> None:
-    """Fail unless ``fn`` is a function taking exactly the parameters ``params``, in order."""
+def _calls(cases: Sequence[Case]) -> list[tuple[int, tuple[str, ...]]]:
+    """How the cases call the function: (number of arguments in order, keyword names)."""
+    seen: list[tuple[int, tuple[str, ...]]] = []
+    for args, kwargs in cases:
+        call = (len(args), tuple(kwargs))
+        if call not in seen:
+            seen.append(call)
+    return seen
+
+
+def assert_signature(fn: Callable, params: Sequence[str], name: str,
+                     cases: Sequence[Case] | None = None) -> None:
+    """Fail unless ``fn`` is a function that accepts every call the check makes.
+
+    A right answer is judged by what it computes: its parameters may have any names where
+    the check passes them in order (their number and order matter, ``params`` only names
+    them in the message), and must have the names the check uses where it calls by
+    keyword (``level=0.9``), which the message then says. ``cases``: the check's calls
+    (None: one call with every parameter in order).
+    """
     if not callable(fn):
         raise AssertionError(f"check_{name} expects a function, got {type(fn).__name__}")
     try:
-        got = list(inspect.signature(fn).parameters)
+        signature = inspect.signature(fn)
     except (TypeError, ValueError):
         raise AssertionError(
             f"{name}: {getattr(fn, '__name__', fn)!r} is a built-in whose parameters cannot "
             f"be read; write your own function, def {name}({', '.join(params)}): ...") from None
-    if got != list(params):
-        raise AssertionError(f"{name} should take parameters ({', '.join(params)}), "
-                             f"but takes ({', '.join(got)})")
+    got = ", ".join({inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"
+                     }.get(p.kind, "") + p.name for p in signature.parameters.values())
+    calls = _calls(cases) if cases is not None else [(len(params), ())]
+    for n, keywords in calls:
+        try:
+            signature.bind(*range(n), **{k: None for k in keywords})
+        except TypeError:
+            pass
+        else:
+            continue
+        by_name = {p.name for p in signature.parameters.values()
+                   if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        any_name = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+        for k in keywords:       # a keyword the function lacks: its name matters
+            if k not in by_name and not any_name:
+                example = f"{name}({', '.join([*params[:n], f'{k}=...'])})"
+                raise AssertionError(
+                    f"{name} should have a parameter named `{k}`: the check calls it by "
+                    f"keyword, {example}, as the exercise's signature names it, so that "
+                    f"name matters (the other parameters' names are yours to choose); "
+                    f"yours takes ({got})") from None
+        order = ", ".join(params[:n])
+        required = [p.name for p in signature.parameters.values()
+                    if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
+                                                           p.POSITIONAL_OR_KEYWORD)]
+        if len(required) > n and n < len(params):
+            raise AssertionError(
+                f"{name}: the check calls it with {n} argument{'s' * (n != 1)} in order, "
+                f"{name}({', '.join([*params[:n], *(f'{k}=...' for k in keywords)])}), "
+                f"so every further parameter needs a default, as in the exercise's "
+                f"signature, but yours takes ({got})")
+        if n == 1:
+            raise AssertionError(f"{name} should take 1 parameter, ({order}); its name is "
+                                 f"yours to choose (the check passes it in order), but "
+                                 f"yours takes ({got})")
+        raise AssertionError(f"{name} should take {n} parameters, in this order: ({order}); "
+                             f"their names are yours to choose (the check passes them in "
+                             f"order), but yours takes ({got})")
+
+
+def _float32_in(value: Any) -> bool:
+    """True if ``value`` holds a float32 tensor (in a tuple, list or dict at any depth)."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype == torch.float32
+    if isinstance(value, np.ndarray):
+        return value.dtype == np.float32
+    if isinstance(value, (tuple, list)):
+        return any(_float32_in(v) for v in value)
+    if isinstance(value, dict):
+        return any(_float32_in(v) for v in value.values())
+    return False
 
 
 def _named_mistake(got: Any, mistakes: Sequence[Mistake], args64: tuple, kwargs64: dict,
@@ -146,7 +213,7 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
               passed: str = "matches the reference", mistakes: Sequence[Mistake] = (),
               forbidden: dict[str, str] | None = None, dtype: torch.dtype = torch.float64,
               smooth: bool = True, slack: Callable[[float], float] | None = None,
-              seconds: float | None = None) -> None:
+              seconds: float | None = None, outputs: Sequence[str] = ()) -> None:
     """Judge ``fn`` (the learner's ``name``) on every case; name the mistake when it fails.
 
     Exactly one of ``reference`` (compared in float64, within a tolerance set by the
@@ -154,13 +221,14 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     ``dtype`` is the precision of cases without floating inputs. ``forbidden`` maps the
     dotted names of calls the exercise forbids to the reason shown if one is made;
     ``seconds`` (default ``SECONDS``) limits the time of all calls together.
+    ``outputs`` names the outputs of a function that returns a tuple, for the messages.
     Prints one line when every case passes (two where one would not fit the book's
     column); raises ``AssertionError`` otherwise (and lets the ``NotImplementedError``
     of an unfinished stub through).
     """
     if (reference is None) == (judge is None):
         raise ValueError("give exactly one of reference and judge")
-    assert_signature(fn, params, name)
+    assert_signature(fn, params, name, cases)
     limit = SECONDS if seconds is None else seconds
     deadline = time.monotonic() + limit
     worst = 0.0
@@ -181,7 +249,20 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
                                  "compute a new tensor instead (for example x - m, "
                                  "not x -= m)")
         if reference is not None:
-            ok, diff, why = compare(got, expected, tol, precision)
+            ok, diff, why = compare(got, expected, tol, precision, outputs,
+                                    _float32_in((args, kwargs, got)))
+            hinted = (compare(got, expected, tol, precision, outputs, True)[2]
+                      if not ok and math.isfinite(diff) else why)
+            if hinted != why:
+                # a float32 tensor made inside the function? Run it again, watched
+                seen: set = set()
+                with contextlib.suppress(Exception):
+                    call_learner(fn, tuple(map(_clone, args)),
+                                 {k: _clone(v) for k, v in kwargs.items()}, name=name,
+                                 where=where, forbidden=forbidden, seen=seen,
+                                 seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
+                if torch.float32 in seen:
+                    why = hinted
         else:
             ok, diff, why = judge(got, args64, kwargs64, precision)
         if ok and non_finite(got) and (reference is None or not non_finite(expected)):

@@ -198,7 +198,7 @@ def check_fold_into_linear(fn: Callable[[Tensor, Tensor, Tensor, Tensor],
         beta = torch.randn(d, generator=g, dtype=torch.float64)
         cases.append(case(W, b, gamma, beta))
     run_check(fn, "fold_into_linear", ["W", "b", "gamma", "beta"], cases, reference=_fold,
-              mistakes=_FOLD_MISTAKES)
+              mistakes=_FOLD_MISTAKES, outputs=("the folded W", "the folded b"))
 
 
 # ------------------------------------------------------------------------------ RMSNorm

@@ -50,6 +50,17 @@ def _jac_no_eps(x, gamma, eps):
     return gamma[:, None] * (P - torch.outer(z, z) / d) / s
 
 
+def _jac_eps_not_in_z(x, gamma, eps):
+    d, s, z, P = _jac_parts(x, eps)
+    z = (x - x.mean()) / (x - x.mean()).pow(2).mean().sqrt()     # s without eps
+    return gamma[:, None] * (P - torch.outer(z, z) / d) / s
+
+
+def _jac_eps_only_in_z(x, gamma, eps):
+    d, s, z, P = _jac_parts(x, eps)
+    return gamma[:, None] * (P - torch.outer(z, z) / d) / (x - x.mean()).pow(2).mean().sqrt()
+
+
 def _jac_gamma_columns(x, gamma, eps):
     d, s, z, P = _jac_parts(x, eps)
     return (P - torch.outer(z, z) / d) / s * gamma
@@ -83,6 +94,10 @@ def _jac_outer_not_divided(x, gamma, eps):
 _JAC_MISTAKES = [
     ("epsilon is missing: with eps the scale is s = sqrt(var + eps), in 1 / s and in "
      "z = (x - mean) / s alike", _jac_no_eps),
+    ("epsilon is missing from z: z = (x - mean) / s with the same s = sqrt(var + eps) "
+     "as in the factor 1 / s", _jac_eps_not_in_z),
+    ("epsilon is missing from the factor 1 / s: s = sqrt(var + eps) there as in z",
+     _jac_eps_only_in_z),
     ("gamma multiplies the columns: LN(x) = gamma * (...) scales the outputs, so gamma "
      "multiplies the rows of J (gamma[:, None] * M)", _jac_gamma_columns),
     ("gamma is missing: LN(x) = gamma * (x - mean) / s + beta, so J = diag(gamma) (...)",
@@ -166,6 +181,16 @@ _BW_MISTAKES = [
     ("grad_gamma is not summed over the batch: gamma is shared by every row, so its "
      "gradient is the sum of grad_out * z over every axis but the last",
      lambda x, g, e, go: _bw(x, g, e, go, gamma_unsummed=True)),
+    ("grad_gamma is summed over the first axis only: gamma is shared by every row, so sum "
+     "grad_out * z over every axis but the last (for x of shape (3, 5, 16), axes 0 and "
+     "1: .sum(dim=tuple(range(x.dim() - 1))))",
+     lambda x, g, e, go: (lambda gx, gg, gb: (gx, (go * _bw_parts(x, g, e, go)[0]).sum(0),
+                                              gb))(*_bw(x, g, e, go))),
+    ("grad_gamma and grad_beta are summed over the first axis only: gamma and beta are "
+     "shared by every row, so sum over every axis but the last (for x of shape "
+     "(3, 5, 16), axes 0 and 1: .sum(dim=tuple(range(x.dim() - 1))))",
+     lambda x, g, e, go: (lambda gx, gg, gb: (gx, (go * _bw_parts(x, g, e, go)[0]).sum(0),
+                                              go.sum(0)))(*_bw(x, g, e, go))),
     ("grad_beta is a mean over the batch: beta is added to every row, so its gradient "
      "is the sum of grad_out over every axis but the last",
      lambda x, g, e, go: _bw(x, g, e, go, beta_mean=True)),
@@ -198,7 +223,8 @@ def check_layer_norm_backward(fn: Callable[[Tensor, Tensor, float, Tensor],
                           torch.randn(4, generator=g, dtype=torch.float64), 0.5,
                           torch.randn(3, 4, generator=g, dtype=torch.float64)))
     run_check(fn, "layer_norm_backward", ["x", "gamma", "eps", "grad_out"], cases,
-              reference=_backward, mistakes=_BW_MISTAKES, forbidden=NO_AUTOGRAD)
+              reference=_backward, mistakes=_BW_MISTAKES, forbidden=NO_AUTOGRAD,
+              outputs=("grad_x", "grad_gamma", "grad_beta"))
 
 
 # The known mistakes of every exercise this module checks, by the exercise's function

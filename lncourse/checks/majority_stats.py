@@ -30,6 +30,11 @@ def _interval(diff: np.ndarray, level: float, q=None, ddof: int = 1, df_shift: i
     return m, m - half, m + half
 
 
+def _normal_quantile(level: float) -> float:
+    from scipy import stats as sps
+    return float(sps.norm.ppf(0.5 + level / 2))
+
+
 def _main_effect(cells: dict, level: float = 0.95) -> tuple[float, float, float]:
     a, b, c, e = _cells(cells)
     return _interval(((a - b) + (c - e)) / 2, level)
@@ -55,6 +60,16 @@ _MAIN_EFFECT_MISTAKES = [
     ("the standard deviation of the per-seed differences divides by n - 1 (ddof=1)",
      lambda cells, level=0.95: _interval(((lambda a, b, c, e: ((a - b) + (c - e)) / 2)
                                           (*_cells(cells))), level, ddof=0)),
+    ("two slips: use Student's t quantile with n - 1 degrees of freedom, not the "
+     "normal quantile, and the standard deviation of the per-seed differences with "
+     "ddof=1 (dividing by n - 1), not ddof=0",
+     lambda cells, level=0.95: _interval(((lambda a, b, c, e: ((a - b) + (c - e)) / 2)
+                                          (*_cells(cells))), level, ddof=0,
+                                         q=_normal_quantile(level))),
+    ("use Student's t quantile with n - 1 degrees of freedom, not the normal quantile",
+     lambda cells, level=0.95: _interval(((lambda a, b, c, e: ((a - b) + (c - e)) / 2)
+                                          (*_cells(cells))), level,
+                                         q=_normal_quantile(level))),
     ("Student's t has n - 1 degrees of freedom, not n",
      lambda cells, level=0.95: _interval(((lambda a, b, c, e: ((a - b) + (c - e)) / 2)
                                           (*_cells(cells))), level, df_shift=0)),
@@ -100,7 +115,7 @@ def check_projection_main_effect(fn: Callable[..., tuple], *, hidden: bool = Fal
                   case(_stored_cells("acc_at_1000"), level=0.9)]
     run_check(fn, "projection_main_effect", ["cells", "level"], cases,
               reference=_main_effect, mistakes=_MAIN_EFFECT_MISTAKES,
-              slack=lambda u: 1e-9, forbidden={
+              slack=lambda u: 1e-9, outputs=("mean", "low", "high"), forbidden={
                   "lncourse.majority.stats.factorial_effects": "this exercise asks you to "
                   "compute the effect yourself, not to call the chapter's factorial_effects"})
 

@@ -21,12 +21,17 @@ def _running_mean(v: Tensor) -> Tensor:
     return v.cumsum(-2) / m[:, None]
 
 
+_FROM_ZERO = ("off by one: you divided row m by m - 1 (positions counted from 0); row m, "
+              "counting from 1, is the mean of its m rows: divide by torch.arange(1, T + 1)")
 _RUNNING_MEAN_MISTAKES = [
     ("you divided every position by T, the sequence length: position m averages only "
      "its m visible vectors", lambda v: v.cumsum(-2) / v.shape[-2]),
     ("you returned the running sum: divide position m by m", lambda v: v.cumsum(-2)),
     ("off by one: position m (counting from 1) sees m vectors, so divide by m, not m + 1",
      lambda v: v.cumsum(-2) / torch.arange(2, v.shape[-2] + 2, dtype=v.dtype)[:, None]),
+    (_FROM_ZERO,
+     lambda v: v.cumsum(-2) / torch.arange(v.shape[-2], dtype=v.dtype).clamp(min=1)[:, None]),
+    (_FROM_ZERO, lambda v: v.cumsum(-2) / torch.arange(v.shape[-2], dtype=v.dtype)[:, None]),
     ("you averaged over the feature axis instead of the position axis",
      lambda v: v.cumsum(-1) / torch.arange(1, v.shape[-1] + 1, dtype=v.dtype)),
 ]
@@ -55,6 +60,10 @@ def _sample_covariance(samples: Tensor) -> Tensor:
 _COVARIANCE_MISTAKES = [
     ("you divided by N instead of N - 1 (the biased estimate)",
      lambda s: (s - s.mean(0)).T @ (s - s.mean(0)) / s.shape[0]),
+    ("you centred each row (subtracted the mean of each sample over its k coordinates); "
+     "centre each column: subtract the mean over the N samples, samples.mean(dim=0)",
+     lambda s: (s - s.mean(1, keepdim=True)).T @ (s - s.mean(1, keepdim=True))
+     / (s.shape[0] - 1)),
     ("you did not subtract the mean of each coordinate before multiplying",
      lambda s: s.T @ s / (s.shape[0] - 1)),
     ("you took the covariance across coordinates (k x k expected from an (N, k) input: "
@@ -148,6 +157,20 @@ _MASK_MISTAKES = [
      lambda sc, c: sc.softmax(-1)),
     ("with causal=False (bidirectional) every token sees all T tokens: no mask",
      lambda sc, c: _masked_attention(sc, True)),
+    ("a 0/1 mask does not hide a key: a masked logit of 0 still gets weight exp(0) in "
+     "the softmax; give the masked logits -inf (scores.masked_fill(~allowed, "
+     "float('-inf'))) so that their weight is exactly 0",
+     lambda sc, c: sc.masked_fill(~_allowed(sc.shape[-1]), 0.0).softmax(-1) if c
+     else sc.softmax(-1)),
+    ("a 0/1 mask does not hide a key: adding 0 or 1 to the logits leaves every key some "
+     "weight; give the masked logits -inf (scores.masked_fill(~allowed, "
+     "float('-inf'))) so that their weight is exactly 0",
+     lambda sc, c: (sc + _allowed(sc.shape[-1]).to(sc.dtype)).softmax(-1) if c
+     else sc.softmax(-1)),
+    ("you zeroed the future's weights after the softmax, so a row no longer sums to 1: "
+     "mask the logits with -inf before the softmax",
+     lambda sc, c: sc.softmax(-1) * _allowed(sc.shape[-1]).to(sc.dtype) if c
+     else sc.softmax(-1)),
     ("normalise over the keys (the last axis), not the queries",
      lambda sc, c: (_softmax_keeping(sc, _allowed(sc.shape[-1]), -2).nan_to_num(0.0) if c
                     else sc.softmax(-2))),

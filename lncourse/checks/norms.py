@@ -26,6 +26,9 @@ _DYT_MISTAKES = [
      lambda x, a, g, b: b * torch.tanh(a * x) + g),
     ("beta is added after the gain, not inside the tanh",
      lambda x, a, g, b: g * torch.tanh(a * x + b)),
+    ("gamma multiplies the tanh from outside: gamma * tanh(alpha x) + beta, not "
+     "tanh(alpha gamma x) + beta (a gain inside the tanh only stretches the input)",
+     lambda x, a, g, b: torch.tanh(a * g * x) + b),
     ("DyT has no division by the token's scale: it is elementwise",
      lambda x, a, g, b: g * torch.tanh(a * x / x.pow(2).mean(-1, keepdim=True).sqrt()) + b),
 ]
@@ -83,11 +86,26 @@ def _qk(q: Tensor, k: Tensor, eps: float) -> Tensor:
     return _rms(q, eps) @ _rms(k, eps).transpose(-1, -2) / math.sqrt(q.shape[-1])
 
 
+def _unit(x: Tensor, eps: float) -> Tensor:
+    """x scaled to unit length, eps where RMSNorm has it (the sum, not the mean)."""
+    return x / (x.pow(2).sum(-1, keepdim=True) + eps).sqrt()
+
+
+_UNIT_COS = ("you normalised to unit length (cosine similarity): RMSNorm puts a head's "
+             "vectors on the sphere of radius √dh, so the logits are dh·cos / √dh")
+_UNIT_SCALED = ("you normalised q and k to unit length (dividing by the square root of "
+                "the sum of squares), not to RMS 1: RMSNorm divides by the root of the "
+                "mean, sqrt(mean(x²) + eps), which leaves length √dh, so your logits are "
+                "dh times too small")
 _QK_MISTAKES = [
-    ("you normalised to unit length (cosine similarity): RMSNorm puts a head's vectors on "
-     "the sphere of radius √dh, so the logits are dh·cos / √dh",
+    (_UNIT_COS,
      lambda q, k, e: (q / q.norm(dim=-1, keepdim=True)) @ (k / k.norm(dim=-1, keepdim=True)
                                                              ).transpose(-1, -2)),
+    (_UNIT_COS, lambda q, k, e: _unit(q, e) @ _unit(k, e).transpose(-1, -2)),
+    (_UNIT_SCALED, lambda q, k, e: _unit(q, e) @ _unit(k, e).transpose(-1, -2)
+     / math.sqrt(q.shape[-1])),
+    (_UNIT_SCALED, lambda q, k, e: (q / q.norm(dim=-1, keepdim=True))
+     @ (k / k.norm(dim=-1, keepdim=True)).transpose(-1, -2) / math.sqrt(q.shape[-1])),
     ("you left out the 1/√dh of scaled dot-product attention",
      lambda q, k, e: _rms(q, e) @ _rms(k, e).transpose(-1, -2)),
     ("you centred the vectors (LayerNorm); QK-norm here is RMSNorm, with no projection",
@@ -127,6 +145,11 @@ _ALONG_MISTAKES = [
      lambda h: _along(h).sqrt()),
     ("you returned the fraction orthogonal to 1 (what LayerNorm's projection keeps)",
      lambda h: 1 - _along(h)),
+    ("square the mean: the part along 1 is h̄·1, of squared length d·h̄², so the share "
+     "is d·h̄² / ||h||² (you used h̄ unsquared)",
+     lambda h: h.shape[-1] * h.mean(-1) / h.pow(2).sum(-1)),
+    ("divide by the squared length ||h||² = Σ h², not the length ||h||",
+     lambda h: h.shape[-1] * h.mean(-1).pow(2) / h.norm(dim=-1)),
     ("Σ h² / d is the squared RMS, not the part along 1: square the sum, not the entries",
      lambda h: h.pow(2).sum(-1) / (h.shape[-1] * h.pow(2).sum(-1))),
 ]
@@ -161,6 +184,14 @@ _BOUND_MISTAKES = [
     ("||g_q|| ||g_k|| (Cauchy-Schwarz on the gains) is a bound that is never reached "
      "unless one channel carries all the gain; concentrate q and k on one channel",
      lambda q, k: math.sqrt(q.shape[-1]) * q.norm(dim=-1) * k.norm(dim=-1)),
+    ("√dh · Σ_i |g_q,i g_k,i| is a bound, but a looser one than asked: the logit is "
+     "largest with all of q's and k's length on one channel, the one of the largest "
+     "|g_q,i g_k,i|, so take the max over channels, not the sum",
+     lambda q, k: math.sqrt(q.shape[-1]) * (q * k).abs().sum(-1)),
+    ("√dh · ||g_q ⊙ g_k|| (Cauchy-Schwarz on the product) is a bound, but a looser one "
+     "than asked: put all of q's and k's length on the channel of the largest "
+     "|g_q,i g_k,i| and take that max, not the norm",
+     lambda q, k: math.sqrt(q.shape[-1]) * (q * k).norm(dim=-1)),
     ("after the norm q and k have length √dh (RMS 1), so q·k/√dh reaches √dh·|g_q,i g_k,i|",
      lambda q, k: (q * k).abs().amax(-1)),
     ("the logit divides q·k by √dh: dh·|g g| is q·k itself",

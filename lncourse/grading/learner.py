@@ -169,9 +169,12 @@ def _exercise(rin: int, rout: int, job: dict) -> None:
             args, kwargs = decode(header["args"], blobs), decode(header["kwargs"], blobs)
             forbidden = {str(k): str(v) for k, v in header["forbidden"].items()}
             _cpu_for_call(float(job["seconds"]))
+            seen = set() if header.get("watch") is True else None
             out, args, kwargs = call_learner(fn, args, kwargs, name=name, where=where,
-                                             forbidden=forbidden)
-            send(rout, {"op": "answer", "ok": True}, out=out, args=args, kwargs=kwargs)
+                                             forbidden=forbidden, seen=seen)
+            send(rout, {"op": "answer", "ok": True,
+                        "float32": bool(seen) and "torch.float32" in map(str, seen)},
+                 out=out, args=args, kwargs=kwargs)
         except NotImplementedError as err:
             send(rout, {"op": "answer", "ok": False, "type": "NotImplementedError",
                         "message": str(err)[:2000]})

@@ -303,21 +303,27 @@ class RemoteFunction:
 
     def lncourse_call(self, args: tuple, kwargs: dict, *, name: str, where: str,
                       forbidden: dict | None = None, seconds: float | None = None,
-                      limit: float | None = None) -> tuple[Any, tuple, dict]:
-        """``call_learner`` for a function in the sandbox; the sandbox's deadline applies."""
+                      limit: float | None = None,
+                      seen: set | None = None) -> tuple[Any, tuple, dict]:
+        """``call_learner`` for a function in the sandbox; the sandbox's deadline applies.
+        ``seen`` gets float32 where the learner's process says the call made a float32
+        tensor (a hint's evidence only: nothing is graded by it)."""
         sandbox = self._sandbox
         if sandbox.ended or sandbox.timed_out:
             raise AssertionError(f"{name}: the process running your code has stopped")
         sandbox.forbidden.update(forbidden or {})    # for ``Sandbox.audit``
         sandbox.deadline = min(time.monotonic() + sandbox.limit * load_factor(), sandbox.end)
         send(sandbox._in, {"op": "call", "name": name, "where": where,
-                           "forbidden": dict(forbidden or {})},
+                           "forbidden": dict(forbidden or {}), "watch": seen is not None},
              args=tuple(args), kwargs=dict(kwargs))
         header, blobs = sandbox._wait(name, where, "answer")
         if not header.get("ok"):
             error = (NotImplementedError if header.get("type") == "NotImplementedError"
                      else AssertionError)
             raise error(str(header.get("message", ""))[:4000])
+        if seen is not None and header.get("float32") is True:
+            import torch
+            seen.add(torch.float32)
         try:
             used: set = set()
             return (decode(header["out"], blobs, used), decode(header["args"], blobs, used),

@@ -100,8 +100,9 @@ def test_crash_builtin_signature_and_mutation_are_reported():
         checks.check_centering_matrix(lambda d: 1 / 0)
     with pytest.raises(AssertionError, match="'eye' is a built-in whose parameters cannot be read"):
         checks.check_centering_matrix(torch.eye)
-    with pytest.raises(AssertionError, match=r"should take parameters \(x, gamma, beta, eps\)"):
-        checks.check_layer_norm_fgh(lambda x, g, b, eps: x)
+    with pytest.raises(AssertionError, match=r"should take 4 parameters, in this order: "
+                                             r"\(x, gamma, beta, eps\); their names are yours"):
+        checks.check_layer_norm_fgh(lambda x, g, b: x)
     with pytest.raises(AssertionError, match="expects a function, got int"):
         checks.check_layer_norm_fgh(3)
 
@@ -162,3 +163,92 @@ def test_run_check_sequences_and_judges():
         run_check(lambda x: (x, x.sum() + 1), "pair", ["x"], cases, reference=lambda x: (x, x.sum()))
     with pytest.raises(ValueError, match="exactly one of reference and judge"):
         run_check(lambda x: x, "pair", ["x"], cases)
+
+
+# ------------------------------------------- issue 60, item 7: messages that name the mistake
+def test_the_float32_hint_needs_a_float32_tensor():
+    """A difference the size of float32's rounding, with every tensor in float64 (an eps
+    slightly off), gets no float32 hint; the same size of difference made by a float32
+    tensor inside the function gets it."""
+    def jacobian_eps_off(x, gamma, eps):
+        d = len(x)
+        c = x - x.mean()
+        s = torch.sqrt((c * c).mean() + eps * 1.5)
+        z = c / s
+        P = torch.eye(d, dtype=x.dtype) - torch.ones(d, d, dtype=x.dtype) / d
+        return gamma[:, None] * (P - torch.outer(z, z) / d) / s
+    with pytest.raises(AssertionError, match="differs from the reference") as info:
+        checks.check_layer_norm_jacobian(jacobian_eps_off)
+    assert "float32" not in str(info.value)
+
+    def jacobian_float32_p(x, gamma, eps):
+        d = len(x)
+        c = x - x.mean()
+        s = torch.sqrt((c * c).mean() + eps)
+        z = c / s
+        P = (torch.eye(d) - torch.ones(d, d) / d).double()       # built in float32
+        return gamma[:, None] * (P - torch.outer(z, z) / d) / s
+    with pytest.raises(AssertionError, match="rounding of float32"):
+        checks.check_layer_norm_jacobian(jacobian_float32_p)
+
+
+def test_a_shape_message_names_the_output():
+    def backward_gamma_by_rows(x, gamma, eps, grad_out):
+        c = x - x.mean(-1, keepdim=True)
+        s = torch.sqrt((c * c).mean(-1, keepdim=True) + eps)
+        z = c / s
+        gz = grad_out * gamma
+        gx = (gz - gz.mean(-1, keepdim=True) - z * (gz * z).mean(-1, keepdim=True)) / s
+        rows = tuple(range(x.dim() - 1))
+        return gx, (grad_out * z).sum(-1), grad_out.sum(rows)     # over the features
+    with pytest.raises(AssertionError, match=r"grad_gamma \(item 1 of the tuple\): it has "
+                                             r"shape \(4,\), expected \(8,\)"):
+        checks.check_layer_norm_backward(backward_gamma_by_rows)
+    with pytest.raises(AssertionError, match=r"item 1 of the tuple: it has shape \(\), "
+                                             r"expected \(2,\)"):
+        run_check(lambda x: (x, x.sum()), "pair", ["x"], [case(torch.tensor([1.0, 2.0]))],
+                  reference=lambda x: (x, x))
+    with pytest.raises(AssertionError, match=r"your output has shape \(3,\)"):
+        checks.check_centering_matrix(lambda d: torch.zeros(d, dtype=torch.float64))
+
+
+def test_a_dict_input_is_described_by_its_shapes_not_its_values():
+    def wrong_effect(cells, level=0.95):
+        return 0.0, -1.0, 1.0
+    with pytest.raises(AssertionError) as info:
+        checks.check_projection_main_effect(wrong_effect)
+    message = str(info.value)
+    assert "a dict of 4 entries, each array(10,)" in message
+    assert "array([" not in message and len(message) < 300, message
+
+
+# ----------------------------- issue 60, item 4: right answers judged by what they compute
+def test_parameter_names_are_free_where_the_check_calls_in_order(capsys):
+    """Renamed parameters pass, extra ones with defaults and *args too; a wrong number is
+    refused, saying the names are free; a keyword the check calls by is named."""
+    checks.check_layer_norm_fgh(lambda v, g, b, epsilon: layer_norm_fgh(v, g, b, epsilon))
+    checks.check_layer_norm_fgh(lambda *args: layer_norm_fgh(*args))
+    checks.check_layer_norm_fgh(lambda x, g, b, e, scale=1.0: layer_norm_fgh(x, g, b, e) * scale)
+    assert capsys.readouterr().out.count("check_layer_norm_fgh passed") == 3
+    with pytest.raises(AssertionError, match=r"should take 1 parameter, \(d\); its name is "
+                                             r"yours to choose .* but yours takes \(n, m\)"):
+        checks.check_centering_matrix(lambda n, m: torch.eye(n))
+    with pytest.raises(AssertionError, match=r"should take 4 parameters, in this order: "
+                                             r"\(x, gamma, beta, eps\).* yours takes "
+                                             r"\(x, gamma, beta, eps, extra\)"):
+        checks.check_layer_norm_fgh(lambda x, gamma, beta, eps, extra: x)
+
+    def effect(c, conf=0.95):
+        return 0.0, 0.0, 0.0
+    with pytest.raises(AssertionError, match=r"should have a parameter named `level`: the "
+                                             r"check calls it by keyword, projection_main_"
+                                             r"effect\(cells, level=...\).* yours takes "
+                                             r"\(c, conf\)"):
+        checks.check_projection_main_effect(effect)
+
+    def effect_required(c, level):
+        return 0.0, 0.0, 0.0
+    with pytest.raises(AssertionError, match=r"calls it with 1 argument in order, "
+                                             r"projection_main_effect\(cells\), so every "
+                                             r"further parameter needs a default"):
+        checks.check_projection_main_effect(effect_required)

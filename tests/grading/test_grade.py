@@ -375,3 +375,88 @@ def test_thirty_submissions_grade_in_under_two_minutes(stem, tmp_path):
     assert [int(r["total"]) for r in rows.values()] == [
         (full - first.points if k in spoiled else full) if k % 3 == 1 else 0
         for k in range(30)]
+
+
+# ------------------------------- issue 60, items 4 and 7: judged by what it computes, named
+# (stem, label, function source, the message's pattern; None: it passes)
+SIGNATURES = {
+    "01_layernorm_geometry": [
+        ("ex-rms-norm", "def rms_norm_gain(v, g, epsilon):\n"
+                        "    return v / torch.sqrt((v * v).mean(-1, keepdim=True) + epsilon) * g",
+         None),
+        ("ex-layer-norm-fgh", "def layer_norm_fgh(x, gamma, beta):\n    return x",
+         r"should take 4 parameters, in this order: \(x, gamma, beta, eps\); their names "
+         r"are yours to choose .* but yours takes \(x, gamma, beta\)"),
+        # a float32 tensor made inside: the hint; every tensor float64: none
+        ("ex-layer-norm-jacobian",
+         "def layer_norm_jacobian(x, gamma, eps):\n"
+         "    d = len(x)\n    c = x - x.mean()\n    s = torch.sqrt((c * c).mean() + eps)\n"
+         "    z = c / s\n    P = (torch.eye(d) - torch.ones(d, d) / d).double()\n"
+         "    return gamma[:, None] * (P - torch.outer(z, z) / d) / s",
+         r"differs from the reference.*rounding of float32"),
+        ("ex-fold-into-linear",
+         "def fold_into_linear(W, b, gamma, beta):\n"
+         "    d = W.shape[1]\n"
+         "    P = torch.eye(d, dtype=W.dtype) - torch.ones(d, d, dtype=W.dtype) / d\n"
+         "    return (W * gamma) @ P, W @ beta + b * (1 + 1e-7)",
+         r"^fold_into_linear: your output differs from the reference on input .*: "
+         r"the folded b \(item 1 of the tuple\): largest difference [0-9.e-]+$"),
+    ],
+    "03_majority": [
+        ("ex-query-angle",
+         "def query_angle(q):\n"
+         "    cos = q.sum(-1) / (q.norm(dim=-1) * math.sqrt(q.shape[-1]))\n"
+         "    return torch.rad2deg(torch.acos(cos.abs().clamp(max=1.0)))", None),
+        ("ex-projection-main-effect",
+         "def projection_main_effect(c, conf=0.95):\n    return 0.0, 0.0, 0.0",
+         r"should have a parameter named `level`: the check calls it by keyword, "
+         r"projection_main_effect\(cells, level=...\)"),
+    ],
+    "05_norms": [
+        ("ex-dyt", "def dyt(inputs, a, weight, bias):\n"
+                   "    return weight * torch.tanh(a * inputs) + bias", None),
+        ("ex-qk-logit-bound", "def qk_logit_bound(gains_q, gains_k):\n"
+                              "    return math.sqrt(gains_q.shape[-1]) * "
+                              "(gains_q * gains_k).abs().amax(-1)", None),
+        ("ex-fraction-along-ones", "def fraction_along_ones(h, d):\n    return h",
+         r"should take 1 parameter, \(h\); its name is yours to choose"),
+    ],
+}
+
+
+@pytest.mark.parametrize("stem", [pytest.param(s, marks=pytest.mark.replay)   # 3.5 reads runs
+                                  if s == "03_majority" else s for s in SIGNATURES])
+def test_names_are_free_where_the_check_calls_in_order(stem, tmp_path):
+    """Issue 60, item 4 (and 7's float32 hint and named outputs): through the grader, a
+    right answer whose parameters are renamed passes, a wrong number of parameters and a
+    renamed keyword are refused with messages that say so; the notebook's own check gives
+    the same verdict and message."""
+    nb = editions(stem)["solution"]
+    for label, source, _ in SIGNATURES[stem]:
+        nb = with_function(nb, label, source)
+    nbformat.write(nb, tmp_path / "renamed.ipynb")
+    _, graded = grade([str(tmp_path / "renamed.ipynb")], timeout=TIMEOUT)
+    outcomes = graded[0].outcomes
+    ch = find_chapter(stem)
+    for e in ch.exercises:
+        expect = next((m for label, _, m in SIGNATURES[stem] if label == e.label), None)
+        outcome = outcomes[e.label]
+        assert outcome.passed == (expect is None), (e.label, outcome.message)
+        if expect is not None:
+            assert re.search(expect, outcome.message), (e.label, outcome.message)
+    from lncourse import checks
+    import math as _math
+    import numpy as _np
+    import torch as _torch
+    for label, source, expect in SIGNATURES[stem]:
+        function = next(e.function for e in ch.exercises if e.label == label)
+        namespace = {"torch": _torch, "np": _np, "math": _math, "Tensor": _torch.Tensor}
+        exec(source, namespace)
+        check = getattr(checks, f"check_{function}")
+        if expect is None:
+            check(namespace[function])
+        else:
+            with pytest.raises(AssertionError) as info:
+                check(namespace[function])
+            assert re.search(expect, str(info.value)), str(info.value)
+            assert str(info.value) == outcomes[label].message
