@@ -23,7 +23,7 @@ from torch import Tensor
 from lncourse._packages import package_dir
 
 __all__ = ["plays_dir", "load_shakespeare", "char_streams", "CharTokenizer", "BPETokenizer", "split_text",
-           "split_ids", "sample_batch", "sample_sentences"]
+           "split_ids", "sample_batch", "sample_sentences", "passages"]
 
 
 def plays_dir() -> Path:
@@ -221,3 +221,16 @@ def sample_sentences(n: int, seed: int = 0, min_words: int = 6) -> list[str]:
     if n > len(lines):
         raise ValueError(f"asked for {n} sentences, only {len(lines)} available")
     return random.Random(seed).sample(lines, n)
+
+
+def passages(n: int, chars: int = 1200) -> list[str]:
+    """``n`` passages of ``chars`` characters, evenly spaced through the plays, each
+    starting at the beginning of a line (the real-model measurements of chapters 1 and 5)."""
+    if n < 1 or chars < 1:
+        raise ValueError(f"n and chars must be positive, got {n} and {chars}")
+    text = load_shakespeare()
+    out = []
+    for start in np.linspace(0, len(text) - 2 * chars, n).astype(int):
+        start = text.index("\n", int(start)) + 1
+        out.append(text[start:start + chars])
+    return out

@@ -25,7 +25,7 @@ import torch
 
 from lncourse.norms.hidden import STATS, passage_stats
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
-from lncourse.text import load_shakespeare
+from lncourse.text import passages
 
 __all__ = ["RealConfig", "PRESETS", "passages", "smollm2_norm_inputs", "minilm_norm_inputs",
            "measure", "summarize", "main"]
@@ -48,19 +48,6 @@ class RealConfig:
 
 
 PRESETS = {"quick": RealConfig.quick, "paper": RealConfig.paper}
-
-
-def passages(n: int, chars: int = 1200) -> list[str]:
-    """``n`` passages of ``chars`` characters, evenly spaced through the plays, each
-    starting at the beginning of a line."""
-    if n < 1 or chars < 1:
-        raise ValueError(f"n and chars must be positive, got {n} and {chars}")
-    text = load_shakespeare()
-    out = []
-    for start in np.linspace(0, len(text) - 2 * chars, n).astype(int):
-        start = text.index("\n", int(start)) + 1
-        out.append(text[start:start + chars])
-    return out
 
 
 def smollm2_norm_inputs(model, text: str, tokens: int) -> tuple[list[str], torch.Tensor]:
