@@ -109,6 +109,28 @@ def test_interactive_figure_redraws_on_change(monkeypatch):
     assert w.children[0].value == 0.7 and calls[-1] == (0.7, 2.0)
 
 
+def test_a_widget_starts_at_the_draw_functions_defaults(monkeypatch):
+    """A range or a list of options for an argument with a default starts at that
+    default, as the static figure does (chapter 3's 3-D view opened edge-on, at the
+    ranges' middles, 0 and 0, when ``interactive`` read the abbreviations itself)."""
+    monkeypatch.delenv("LNCOURSE_NO_WIDGETS", raising=False)
+    import ipywidgets as widgets
+
+    calls = []
+
+    def draw(elev=20, azim=-60.0, kind="y"):
+        calls.append((elev, azim, kind))
+        return geometry_figures.folding_errors([0, 1], {"x": [1.0, 2.0]})
+
+    w = plotting.interactive_figure(draw, elev=(-90, 90, 5), azim=(-180.0, 180.0),
+                                    kind=["x", "y"])
+    assert calls == [(20, -60.0, "y")]
+    assert [c.value for c in w.children[:3]] == [20, -60.0, "y"]
+    assert isinstance(w.children[0], widgets.IntSlider)
+    w.children[1].value = 30.0
+    assert calls[-1] == (20, 30.0, "y")
+
+
 def test_without_a_front_end_no_widget_is_built(monkeypatch):
     """LNCOURSE_NO_WIDGETS (the site build, the tests, the grader): the static figure at
     the controls' starting values, and not one widget constructed."""

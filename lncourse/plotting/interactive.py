@@ -65,6 +65,26 @@ def interactive_figure(draw: Callable[..., Figure], **controls: Any):
     def show(**values: Any) -> None:
         display(draw(**values))
 
-    built = {name: widgets.FloatSlider(**spec) if isinstance(spec, dict) else spec
-             for name, spec in controls.items()}
+    built = {name: _control(widgets, name, spec, draw) for name, spec in controls.items()}
     return widgets.interactive(show, **built)
+
+
+def _control(widgets, name: str, spec: Any, draw: Callable):
+    """The widget for one control, built here at its starting value (:func:`_start`):
+    ``show(**values)`` has no defaults, so an abbreviation handed to ``interactive``
+    as it is would start at the middle of its range, not at ``draw``'s default."""
+    if isinstance(spec, dict):
+        return widgets.FloatSlider(**{"description": name,
+                                      "value": _start(name, spec, draw), **spec})
+    if isinstance(spec, tuple) and len(spec) in (2, 3):
+        lo, hi, *step = spec
+        start = _start(name, spec, draw)
+        whole = all(isinstance(x, int) and not isinstance(x, bool)
+                    for x in (*spec, start))
+        slider = widgets.IntSlider if whole else widgets.FloatSlider
+        return slider(min=lo, max=hi, value=start, description=name,
+                      **({"step": step[0]} if step else {}))
+    if isinstance(spec, list):
+        return widgets.Dropdown(options=spec, value=_start(name, spec, draw),
+                                description=name)
+    return spec
