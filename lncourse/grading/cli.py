@@ -261,10 +261,34 @@ def write_outputs(ch, graded, args: argparse.Namespace) -> None:
     if args.feedback:
         folder = Path(args.feedback)
         folder.mkdir(parents=True, exist_ok=True)
-        names: set[str] = set()
-        for g in graded:
-            name = re.sub(r"[^\w.-]", "_", g.student_id or Path(g.submission).stem)[:100]
-            while name in names or name.startswith("."):
-                name = "_" + name if name.startswith(".") else name + "_"
-            names.add(name)
+        names = feedback_names([g.student_id or Path(g.submission).stem for g in graded])
+        for g, name in zip(graded, names):
             atomic_write(folder / f"{name}.md", feedback(ch, g))
+
+
+NAME_BYTES = 120   # a feedback file's name, before ".md": far under the 255 bytes file
+                   # systems allow, leaving room for atomic_write's temporary name
+
+
+def feedback_names(ids: list[str]) -> list[str]:
+    """One file name per student ID, in order: letters, digits, ``.``, ``-`` and ``_``
+    kept (any script's), everything else ``_``; at most NAME_BYTES bytes of UTF-8, cut on
+    a character's boundary (83 CJK letters are 249 bytes); never hidden (a leading ``.``
+    gets a ``_``); and distinct, where two IDs would give the same name (``a b`` and
+    ``a_b``, two long names with the same start, or names that differ only in case), by
+    a number."""
+    out, taken = [], set()
+    for text in ids:
+        base = re.sub(r"[^\w.-]", "_", text) or "_"
+        if base.startswith("."):
+            base = "_" + base
+        base = base.encode("utf-8")[:NAME_BYTES].decode("utf-8", "ignore")
+        name, k = base, 1
+        while name.casefold() in taken:            # Alice and alice: one file on macOS
+            k += 1
+            tail = f"_{k}"
+            name = base.encode("utf-8")[:NAME_BYTES - len(tail)].decode(
+                "utf-8", "ignore") + tail
+        taken.add(name.casefold())
+        out.append(name)
+    return out

@@ -199,3 +199,22 @@ def test_a_merge_into_another_chapters_sheet_is_refused_before_grading(
     assert no_checkers == [], "graded before refusing"
     assert "another chapter" in str(stop.value.code) + capsys.readouterr().err
     assert out.read_text() == before and time.monotonic() - start < 30
+
+
+def test_feedback_file_names_are_capped_in_bytes_distinct_and_visible(tmp_path):
+    """Issue 60, item 9: a legal 255-byte name (83 CJK letters) crashed the grader while it
+    wrote feedback, and 'a b' and 'a_b' overwrote each other. Every name is at most
+    NAME_BYTES bytes, cut on a character, distinct (case too), never hidden, and a file of
+    each name can be written."""
+    from lncourse.grading.sheet import atomic_write
+
+    cjk = "学" * 83
+    ids = ["a b", "a_b", "A_B", cjk, cjk + "x", cjk[:-1] + "y", ".hidden", "", "a_b_2"]
+    names = cli.feedback_names(ids)
+    assert len({n.casefold() for n in names}) == len(ids), names
+    assert all(len(n.encode()) <= cli.NAME_BYTES and not n.startswith(".") for n in names)
+    assert names[:3] == ["a_b", "a_b_2", "A_B_3"] and names[-1] == "a_b_2_2"
+    assert names[3] == "学" * (cli.NAME_BYTES // 3) and "\ufffd" not in "".join(names)
+    for n in names:
+        atomic_write(tmp_path / f"{n}.md", n)
+    assert len(list(tmp_path.iterdir())) == len(ids)
