@@ -168,35 +168,14 @@ def test_stored_seeds_every_cell_recomputes(path):
     the curve's at every stored step (slow: 3,121 s of wall time for seeds_table1's 24
     stored steps, about 35 minutes of CPU, at load 2 to 6 on the shared 2-core machine;
     the ledger, tests/selectability/test_ledger.py, guards these cells in the fast
-    suite).
-
-    Under the perturbed pass (scripts/perturbed.sh), whose portable kernel is 12 times
-    slower, that would be hours: there the test takes a part chosen before any run of it,
-    every model, layer and side of the norm on the first PERTURBED_CONTEXTS contexts of the
-    last step and at four of the stored steps (the first, the fourth, the middle
-    and the last). The question that pass asks, whether another CPU's arithmetic flips a
-    hull decision, is asked of 1,728 cells out of 9,408; the native run above asks it of
-    every cell."""
+    suite)."""
     result = load_result(path)
     contexts = torch.tensor(result["contexts"])
-    n = PERTURBED_CONTEXTS if portable_pass() else result["measured_contexts"]
-    got = measure(models_at(result), contexts[:n])
-    assert got == {q: [[cells[:n] for cells in layers] for layers in per_model]
-                   for q, per_model in result["final"].items()}
-    steps = sorted(result["curve"], key=int)
-    if portable_pass():
-        steps = [steps[i] for i in perturbed_steps(len(steps))]
-    for step in steps:
+    assert measure(models_at(result), contexts[:result["measured_contexts"]]) == \
+        result["final"]
+    for step, cells in result["curve"].items():
         assert measure(models_at(result, int(step)),
-                       contexts[:result["curve_contexts"]]) == result["curve"][step], step
-
-
-PERTURBED_CONTEXTS = 20
-
-
-def perturbed_steps(n: int) -> list[int]:
-    """The stored steps the perturbed pass measures: first, fourth, middle, last."""
-    return sorted({0, min(3, n - 1), n // 2, n - 1})
+                       contexts[:result["curve_contexts"]]) == cells, step
 
 
 def test_the_plateau_claim_states_what_the_steps_after_its_prediction_show():
