@@ -8,8 +8,8 @@
 #   OPENBLAS_CORETYPE=Prescott    numpy's BLAS on its SSE3 kernels
 #   NPY_DISABLE_CPU_FEATURES      numpy's SIMD dispatch held to its baseline
 #   LNCOURSE_PORTABLE_KERNEL=1    the course's C kernel without -march=native/-ffast-math
-#                                 (=0 keeps the native build: the slow every-cell replays,
-#                                 12 times slower on the portable one, run that way)
+#                                 (=0 keeps the native build, for a long replay that
+#                                 needs only the other perturbations)
 #   3 threads                     a partition of every parallel reduction that no stored
 #                                 run used (they ran on 1 or 2)
 # Usage: bash scripts/perturbed.sh [pytest arguments]   (default: the CI selection)
