@@ -72,7 +72,7 @@ CHAPTERS: tuple[Chapter, ...] = (
                       "lncourse.selectability.experiments")),
     # chapter 2's replication page: no exercises (after the lesson, so "2" finds the lesson)
     _chapter("02_unselectable_keys_replication", "Reproducing Brody et al.: Tables 1 and 2"),
-    _chapter("03_majority", "Majority: the projection, queries along 1, and a replication",
+    _chapter("03_majority", "Majority: averaging, and queries along 1",
              ("ex-has-clear-majority", "The margin rule", "has_clear_majority", 1),
              ("ex-uniform-query-weights", "Queries parallel to 1", "uniform_query_weights", 1),
              ("ex-attend-counts", "Attention over a multiset", "attend_counts", 2),
