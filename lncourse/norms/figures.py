@@ -157,8 +157,10 @@ def logit_growth(result: dict, ax=None, references: dict[str, float] | None = No
         panel.set_xscale("log")
         panel.set_xlabel("peak learning rate")
     right.set_yscale("log")
-    for (name, loss), ls in zip((references or {}).items(), (":", "-.")):
-        left.axhline(loss, color=COLORS["theory"], ls=ls, lw=1.0, label=f"{name} table")
+    styles = {"unigram": ":", "bigram": "-."}    # the caption names these styles
+    for name, loss in (references or {}).items():
+        left.axhline(loss, color=COLORS["theory"], ls=styles.get(name, "--"), lw=1.0,
+                     label=f"{name} table")
     left.set_ylabel("final test loss (nats)")
     right.set_ylabel("largest attention logit")
     legend_below(left, ncol=2)
