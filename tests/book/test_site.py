@@ -283,6 +283,83 @@ def test_a_phone_shows_the_page_without_sideways_scrolling_and_figures_readable(
     assert not small, small
 
 
+# Issue 61, item 6: what may be wider than the column on a phone, and must then scroll
+# inside its own box and say so: display equations and printed outputs (and code).
+_WIDE_BOXES = """() => {
+  const col = document.querySelector('main article') || document.querySelector('main');
+  const edge = col.getBoundingClientRect().right;
+  const sel = 'mjx-container[display="true"], .cell_output pre, .cell_input pre';
+  return [...document.querySelectorAll(sel)].map((e, i) => {
+    const r = e.getBoundingClientRect(), cs = getComputedStyle(e);
+    e.dataset.lncWide = i;
+    return {i, kind: e.matches('mjx-container') ? 'equation' : 'output or code',
+            wide: e.scrollWidth > e.clientWidth + 1,
+            shown: r.width > 0 && e.checkVisibility({visibilityProperty: true}),
+            scrolls: ['auto', 'scroll'].includes(cs.overflowX),
+            cut: r.right > edge + 1,
+            text: (e.innerText || '').replace(/\\s+/g, ' ').trim().slice(0, 50)};
+  }).filter(b => b.shown && (b.wide || b.cut));
+}"""
+# The cue is read in pixels with the box's text made invisible, so that only its
+# background (cover and shadow) is left: a column near the right edge against one near the
+# middle, the box scrolled to its start (something is hidden to the right: a shadow) and
+# to its end (nothing is: no shadow, the cover in the box's own colour).
+_NO_TEXT = ("[data-lnc-wide], [data-lnc-wide] * { color: transparent !important;"
+            " text-shadow: none !important; border-color: transparent !important; }")
+CUE_DARKER = 8.0     # grey levels (of 255) the edge must be darker than the box's middle
+
+
+def _edge_darkening(png: bytes) -> float:
+    """How much darker the box's right edge (3-6 px in) is than its middle, in grey levels,
+    over the middle half of its height (the scrollbar lies along the bottom)."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(png)).convert("L")
+    w, h = img.size
+    rows = range(h // 4, max(h // 4 + 1, 3 * h // 4))
+
+    def column(x):
+        return sum(img.getpixel((x, y)) for y in rows) / len(rows)
+    scale = w / max(1, round(w / 2))          # the screenshot is at device scale 2
+    return column(w // 2) - min(column(w - 1 - round(k * scale)) for k in (3, 4, 5, 6))
+
+
+@pytest.mark.parametrize("page_path", LESSON_PAGES)
+def test_a_phone_shows_where_equations_and_outputs_scroll(browser, server, page_path):
+    """Issue 61, item 6: at 390 x 844, 11 display equations and most printed outputs were
+    cut at the column's right edge with no cue that they scroll. Each one wider than the
+    column scrolls inside its own box (it is not cut by the page), and shows a shadow on the
+    side where more is hidden (book/_static/lncourse.css), which goes when the reader has
+    scrolled to the end."""
+    page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+    page.goto(f"{server}/{page_path}", wait_until="load")
+    if page.locator(".math").count():
+        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                               timeout=20000)
+        page.evaluate("() => MathJax.startup.promise")
+    boxes = page.evaluate(_WIDE_BOXES)
+    page.add_style_tag(content=_NO_TEXT)
+    problems = []
+    for b in boxes:
+        what = f"{b['kind']} {b['text']!r}"
+        if b["cut"] or not b["scrolls"]:
+            problems.append(f"{what}: cut at the edge, not scrolled inside its box")
+            continue
+        box = page.locator(f"[data-lnc-wide='{b['i']}']")
+        box.evaluate("e => { e.scrollLeft = 0; }")
+        at_start = _edge_darkening(box.screenshot(animations="disabled"))
+        box.evaluate("e => { e.scrollLeft = e.scrollWidth; }")
+        at_end = _edge_darkening(box.screenshot(animations="disabled"))
+        if at_start < CUE_DARKER:
+            problems.append(f"{what}: no cue that it scrolls (edge {at_start:.1f} grey "
+                            f"levels darker than its middle)")
+        elif at_end >= CUE_DARKER:
+            problems.append(f"{what}: the cue stays at the end ({at_end:.1f})")
+    page.close()
+    assert boxes, f"{page_path}: nothing wider than a phone's column (is the measure wrong?)"
+    assert not problems, f"{page_path}: {len(problems)} of {len(boxes)}: {problems[:4]}"
+
+
 @pytest.mark.slow
 def test_offline_downloads_open(opened, server):
     """The front page links a PDF of the book and a zip of every chapter's student and
