@@ -5,8 +5,14 @@ For each chapter page of ``_toc.yml`` that is a lesson (``book/NN_topic.md``; a 
 the page, when
 
 - its prose exceeds ``WORD_BUDGET`` words (:func:`prose_words`: the words of the
-  Markdown outside code cells, display maths, directive lines and the collapsed
-  dropdowns of hints and solutions; inline maths and roles count as one word each);
+  Markdown outside code cells, display maths, directive lines, the collapsed
+  dropdowns of hints and solutions and the closing "Further reading" list; inline maths
+  and roles count as one word each);
+- it does not end with a "Further reading" section, or that section is more than a
+  list of cited works: each entry one sentence with a citation, the whole at most
+  ``READING_BUDGET`` words. The list is the chapter's bibliography annotated, as a
+  textbook's end-of-chapter notes are, so it has a budget of its own rather than a
+  share of the lesson's;
 - it has no admonition of class ``key-idea`` before its first code cell;
 - its first figure starts below the first screen at 1280 px: more than
   ``FIRST_SCREEN_LINES`` lines (:func:`lines_before_first_figure`) come between the
@@ -42,6 +48,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 WORD_BUDGET = 2500
+READING_BUDGET = 160
+READING = "## Further reading"
 FIRST_SCREEN_LINES = 14
 SPLIT_CHAPTERS = {2, 3, 4, 5}      # the chapters issue 36 splits into lesson + replication
 
@@ -87,9 +95,44 @@ def _prose(md: str) -> list[str]:
     return re.findall(r"[A-Za-z0-9][\w'’.,%-]*", text)
 
 
+def split_reading(text: str) -> tuple[str, str]:
+    """The page before its closing "Further reading" section, and that section ("" if
+    it has none). The section runs to the end of the page."""
+    head, sep, tail = text.partition("\n" + READING + "\n")
+    return (head, tail) if sep else (text, "")
+
+
 def prose_words(text: str) -> int:
-    """The words a reader reads on the page (see the module docstring)."""
-    return sum(len(_prose(t)) for kind, t in blocks(text) if kind == "md")
+    """The words a reader reads on the page (see the module docstring), the closing
+    further-reading list apart."""
+    body = split_reading(text)[0]
+    return sum(len(_prose(t)) for kind, t in blocks(body) if kind == "md")
+
+
+def reading_problems(text: str) -> list[str]:
+    """What keeps the page's "Further reading" from being an annotated list of cited
+    works: missing, not last, an entry without a citation or of more than one
+    sentence, or over ``READING_BUDGET`` words."""
+    _, reading = split_reading(text)
+    if not reading.strip():
+        return [f"no closing {READING!r} section"]
+    problems = []
+    if re.search(r"^#{1,2} ", reading, re.M) or "```{code-cell}" in reading:
+        problems.append("the further-reading section is not the page's last")
+    entries = re.split(r"^- ", reading.strip(), flags=re.M)
+    intro, entries = entries[0], entries[1:]
+    if intro.strip() or not entries:
+        problems.append("the section holds prose outside its list of entries")
+    for e in entries:
+        flat = " ".join(e.split())
+        if not re.search(r"\{cite:[tp]\}`", flat):
+            problems.append(f"an entry without a citation: {flat[:60]!r}")
+        if len(re.findall(r"[.!?](?:\s|$)", re.sub(r"\b(al|e\.g|i\.e|vs)\.", "", flat))) > 1:
+            problems.append(f"an entry of more than one sentence: {flat[:60]!r}")
+    words = len(_prose(reading))
+    if words > READING_BUDGET:
+        problems.append(f"{words} words, over its budget of {READING_BUDGET}")
+    return problems
 
 
 def _tags(cell: str) -> set[str]:
@@ -167,6 +210,29 @@ def test_lesson_prose_within_budget(page):
     assert words <= WORD_BUDGET, (f"{page.name}: {words} words of prose, over the "
                                   f"lesson's budget of {WORD_BUDGET}; move replication "
                                   f"to {replication_page(page).name}")
+
+
+@pytest.mark.parametrize("page", LESSONS, ids=lambda p: p.stem)
+def test_lesson_ends_with_annotated_further_reading(page):
+    problems = reading_problems(page.read_text(encoding="utf-8"))
+    assert not problems, f"{page.name}: " + "; ".join(problems)
+
+
+def test_the_further_reading_measure():
+    good = ("Body words here.\n\n## Further reading\n\n- {cite:t}`a` adds one "
+            "thing.\n- {cite:t}`b` and\n  {cite:t}`c` add another.\n")
+    assert prose_words(good) == 3 and reading_problems(good) == []
+    assert reading_problems("Body.\n") == ["no closing '## Further reading' section"]
+    uncited = good.replace("{cite:t}`a`", "Someone")
+    assert any("without a citation" in p for p in reading_problems(uncited))
+    long = good.replace("one thing.", "one thing. And then it goes on.")
+    assert any("more than one sentence" in p for p in reading_problems(long))
+    padded = good.replace("one thing.", "one " + "very " * 200 + "thing.")
+    assert any("over its budget" in p for p in reading_problems(padded))
+    notlast = good + "\n## Summary\n\nMore.\n"
+    assert any("not the page's last" in p for p in reading_problems(notlast))
+    essay = good.replace("## Further reading\n\n", "## Further reading\n\nAn essay.\n\n")
+    assert any("outside its list" in p for p in reading_problems(essay))
 
 
 @pytest.mark.parametrize("page", LESSONS, ids=lambda p: p.stem)
