@@ -5,8 +5,9 @@ For each chapter page of ``_toc.yml`` that is a lesson (``book/NN_topic.md``; a 
 the page, when
 
 - its prose exceeds ``WORD_BUDGET`` words (:func:`prose_words`: the words of the
-  Markdown outside code cells, display maths, directive lines and the collapsed
-  dropdowns of hints and solutions; inline maths and roles count as one word each);
+  Markdown outside code cells, display maths, directive lines, MyST comments (``%``,
+  as an exercise's ``% answer:`` fragments) and the collapsed dropdowns of hints and
+  solutions; inline maths and roles count as one word each);
 - it has no admonition of class ``key-idea`` before its first code cell;
 - its first figure starts below the first screen at 1280 px: more than
   ``FIRST_SCREEN_LINES`` lines (:func:`lines_before_first_figure`) come between the
@@ -81,7 +82,7 @@ def _prose(md: str) -> list[str]:
     md = re.sub(r"^\$\$.*?^\$\$", " ", md, flags=re.M | re.S)
     md = re.sub(r"^```\{(dropdown|solution-start)\}.*?^```\{?", " ", md, flags=re.M | re.S)
     lines = [ln for ln in md.splitlines()
-             if not re.match(r"\s*(```|:[\w-]+:|\([\w-]+\)=\s*$|#)", ln)]
+             if not re.match(r"\s*(```|:[\w-]+:|\([\w-]+\)=\s*$|#|%)", ln)]
     text = re.sub(r"\$[^$\n]+\$", " x ", "\n".join(lines))
     text = re.sub(r"\{[\w:-]+\}`[^`]*`", " x ", text)
     return re.findall(r"[A-Za-z0-9][\w'’.,%-]*", text)
