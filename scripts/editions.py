@@ -6,7 +6,11 @@ notebook ``book/NN_topic.md`` (see AUTHORING.md); it becomes two Colab-ready not
 
 * ``student/NN_topic.ipynb``: every ``# BEGIN SOLUTION`` ... ``# END SOLUTION`` block is
   replaced by ``raise NotImplementedError(...)`` (signature, docstring and check stay);
-* ``solution/NN_topic.ipynb``: the code as written.
+  the text inside a ``{solution-start}`` ... ``{solution-end}`` block (the reveal that
+  follows an exercise's solution) is left out, and a later cell that calls an exercise's
+  function is wrapped so that it prints "not done yet" instead of raising while the
+  exercise is a stub: "Run all" runs to the end (see :func:`survive_stubs`);
+* ``solution/NN_topic.ipynb``: the code and text as written.
 
 Both start with a cell that installs ``lncourse`` when running in Colab (from
 ``myst.install_source()``: the repository of ``_config.yml``, which the site's "Open in
@@ -64,6 +68,55 @@ def stub_solution(source: str) -> str:
     return "\n".join(out)
 
 
+def drop_solution_text(source: str, inside: bool = False) -> tuple[str, bool]:
+    """A markdown cell's ``source`` without the text inside a solution block (between
+    the ``{solution-start}`` directive and ``{solution-end}``: the reveal an exercise's
+    solution carries), and whether the cell ends inside one. The directives stay (the
+    conversion to Markdown drops them)."""
+    lines, out, i = source.splitlines(), [], 0
+    while i < len(lines):
+        line = lines[i]
+        start = re.match(r"^(`{3,}|:{3,})\{solution-start\}", line)
+        if start:                       # keep the directive, up to its closing fence
+            fence = start.group(1)
+            out.append(line)
+            i += 1
+            while i < len(lines) and lines[i].rstrip() != fence:
+                out.append(lines[i])
+                i += 1
+            if i < len(lines):
+                out.append(lines[i])
+            i, inside = i + 1, True
+            continue
+        if re.match(r"^(`{3,}|:{3,})\{solution-end\}", line):
+            inside = False
+        if not inside:
+            out.append(line)
+        i += 1
+    return "\n".join(out), inside
+
+
+def survive_stubs(source: str, needs: list[str]) -> str:
+    """A cell that calls exercises' functions (``needs``: "Exercise 1.7
+    (layer_norm_backward)", ...), wrapped so that a stub's ``NotImplementedError`` prints
+    "not done yet" instead of stopping "Run all" (Jupyter and Colab stop at the first
+    error). The cell must not end with a value to show (a name, say): inside ``try`` it
+    would not be shown."""
+    import ast
+
+    body = ast.parse(source).body
+    last = body[-1] if body else None
+    if isinstance(last, ast.Expr) and not isinstance(last.value, ast.Call):
+        raise ValueError("a cell that calls an exercise's function ends with an expression "
+                         f"to show, which the student edition cannot keep: {source[:80]!r}")
+    which = " and ".join(needs)
+    lines = ["try:", textwrap.indent(source, "    "),
+             "except NotImplementedError:  # an exercise above is still a stub",
+             f"    print({('not done yet: this cell needs ' + which).__repr__()})",
+             "    print(\"run it again once that exercise is done\")"]
+    return "\n".join(lines)
+
+
 def calls_any(source: str, names: set[str]) -> bool:
     """Whether ``source`` calls (or passes on) a function named in ``names``."""
     import ast
@@ -74,6 +127,69 @@ def calls_any(source: str, names: set[str]) -> bool:
         return any(re.search(rf"\b{re.escape(n)}\b", source) for n in names)
     return any(isinstance(node, ast.Name) and node.id in names and
                isinstance(node.ctx, ast.Load) for node in ast.walk(tree))
+
+
+# ------------------------------------------------------------- answers kept from students
+ANSWER = re.compile(r"^% answer: (.+?)\s*$", re.M)
+
+
+def declared_answers(source: Path) -> dict[str, list[str]]:
+    """Each exercise's telltale fragments of its answer (label -> fragments): the MyST
+    comments ``% answer: <fragment>`` in the exercise's text, which neither the site nor
+    the notebooks show. :func:`answer_leaks` looks for them in the student edition."""
+    text = Path(source).read_text(encoding="utf-8")
+    found: dict[str, list[str]] = {}
+    label = None
+    for line in text.splitlines():
+        m = re.match(r"^:label: (ex-\S+)", line)
+        if m:
+            label = m.group(1)
+            found.setdefault(label, [])
+        m = ANSWER.match(line)
+        if m:
+            if label is None:
+                raise ValueError(f"{Path(source).name}: '% answer:' before any exercise")
+            found[label].append(m.group(1))
+    return found
+
+
+def telltale(text: str) -> str:
+    """``text`` reduced so that one answer written several ways reads the same: no spaces
+    or braces, no LaTeX spacing or font commands, ``ᵀ`` and ``\\top`` as ``^T``, ``**``
+    as ``^`` and a Unicode minus as ``-`` (``P = I − 1 1ᵀ/d`` and
+    ``P = I - \\frac{1}{d}\\mathbf 1 \\mathbf 1^\\top`` both hold ``11^T``)."""
+    for a, b in (("ᵀ", "^T"), ("^\\top", "^T"), ("\\top", "^T"), ("−", "-"), ("**", "^"), ("\\cdot", "*"),
+                 ("·", "*")):
+        text = text.replace(a, b)
+    text = re.sub(r"\\(mathrm|mathbf|operatorname|boldsymbol|left|right|[,;!: ])", "", text)
+    return re.sub(r"[\s{}]", "", text)
+
+
+def answer_leaks(student: nbformat.NotebookNode,
+                 answers: dict[str, list[str]]) -> list[str]:
+    """Where the student edition shows an exercise's answer: a fragment of ``answers``
+    (label -> fragments) in the exercise's stub cell (its docstring) or in the cells
+    after it, up to the next exercise or section heading."""
+    leaks = []
+    cells = student.cells
+    for i, cell in enumerate(cells):
+        label = cell.metadata.get("lncourse", {}).get("exercise")
+        if label is None:
+            continue
+        shown = [(i, cell.source)]
+        for k in range(i + 1, len(cells)):
+            if "exercise" in cells[k].metadata.get("tags", []):
+                break
+            heading = re.search(r"^#{1,3} ", cells[k].source, re.M)
+            shown.append((k, cells[k].source[:heading.start()] if heading
+                          else cells[k].source))
+            if heading:
+                break
+        for fragment in answers.get(label, []):
+            for k, text in shown:
+                if telltale(fragment) in telltale(text):
+                    leaks.append(f"{label}: cell {k} shows {fragment!r}")
+    return leaks
 
 
 # ------------------------------------------------------------------------- notebooks
@@ -147,16 +263,19 @@ def build_editions(source: Path, book: Book | None = None, *, strict: bool = Fal
     nb = jupytext.read(source)
     docname = source.resolve().relative_to(book.root.resolve()).with_suffix("").as_posix()
     values = glued_values(book.executed, docname)
-    stubbed = {e.function for e in exercises}
     editions = {}
     for edition in ("student", "solution"):
         ctx = Context(chapter, book, values, docname, unfilled_ok=not strict)
         cells = [install_cell(book.install, data_packages(source, book.root),
                               book.fallback, myst_dependencies(book.root))]
         solutions = iter(exercises)
+        stubbed: dict[str, str] = {}      # function -> "Exercise N.k (function)", so far
+        inside = False                    # in a solution block's text
         for cell in copy.deepcopy(nb.cells):
             cell.metadata.pop("lines_to_next_cell", None)
             if cell.cell_type == "markdown":
+                if edition == "student":
+                    cell.source, inside = drop_solution_text(cell.source, inside)
                 cell.source = myst_to_markdown(cell.source, ctx)
                 if cell.source:
                     cells.append(cell)
@@ -165,20 +284,21 @@ def build_editions(source: Path, book: Book | None = None, *, strict: bool = Fal
                 cells.append(cell)
                 continue
             cell.source = notebook_code(cell.source)     # no myst_nb in a notebook
-            if edition == "student" and BEGIN not in cell.source \
-                    and calls_any(cell.source, stubbed):
-                # a cell that calls an exercise's function raises until it is solved
-                tags = cell.metadata.setdefault("tags", [])
-                if "raises-exception" not in tags:
-                    tags.append("raises-exception")
+            if edition == "student" and BEGIN not in cell.source:
+                needs = [v for k, v in stubbed.items() if calls_any(cell.source, {k})]
+                if needs:   # it would raise until the exercise is done: it prints instead
+                    cell.source = survive_stubs(cell.source, needs)
             if BEGIN in cell.source:
                 tags = cell.metadata.setdefault("tags", [])
                 if "exercise" not in tags:
                     tags.append("exercise")
-                cell.metadata["lncourse"] = {"exercise": next(solutions).label}
+                exercise = next(solutions)
+                cell.metadata["lncourse"] = {"exercise": exercise.label}
+                stubbed[exercise.function] = (f"Exercise {exercise.number} "
+                                              f"({exercise.function})")
                 if edition == "student":
+                    # the check prints "not done yet" for the stub: nothing raises
                     cell.source = stub_solution(cell.source)
-                    tags.append("raises-exception")  # papermill/nbclient: expected error
             cells.append(cell)
             figure = cell.metadata.get("mystnb", {}).get("figure", {})
             if figure.get("caption"):

@@ -50,7 +50,7 @@ nb = nbformat.read(sys.argv[1], as_version=4)
 client = nbclient.NotebookClient(nb, timeout=int(sys.argv[4]), kernel_name="python3",
                                  resources={"metadata": {"path": sys.argv[3]}})
 try:
-    client.execute()   # cells tagged raises-exception (the stubs) may fail; others stop it
+    client.execute()   # "Run all": the first error stops it (a stub prints "not done yet")
 except nbclient.exceptions.CellExecutionError as err:
     print(str(err)[-3000:], file=sys.stderr)
 finally:

@@ -6,6 +6,12 @@ judges each answer, either against a reference computed in float64 or, where the
 exercise asks for a property rather than one answer, with a ``judge``. When an answer
 fails, the known mistakes are evaluated on that input; if the answer matches one, the
 error names it. Every check returns None and prints one line when it passes.
+
+In a notebook a failing check shows its message only (``CheckFailure``: IPython shows
+what ``_render_traceback_`` returns instead of a traceback through the check's source and
+its inputs), and a stub (``raise NotImplementedError``) prints "not done yet" instead of
+raising, so that "Run all" runs to the end. The grader sets ``configure(unfinished=
+"raise")``: there a stub's ``NotImplementedError`` goes through and scores 0.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import inspect
 import math
 import textwrap
 import time
+import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,19 +43,54 @@ SECONDS = 60.0   # time limit for all calls of one check together in a notebook 
 
 HIDDEN_KEY: str | None = None   # the grader's secret for teacher-only inputs (--hidden-key)
 
+# What a check does with an unfinished stub (its NotImplementedError): "report" (a
+# notebook: print "not done yet" and return, so that "Run all" goes on) or "raise" (the
+# grader, where it scores 0)
+UNFINISHED = "report"
+
 
 _UNSET = object()
 
 
-def configure(seconds: float | object = _UNSET, hidden_key: str | None | object = _UNSET) -> None:
-    """Set the checks' time limit (``SECONDS``) and the grader's secret for teacher-only
-    inputs (``HIDDEN_KEY``; None: none); an argument left out is left as it is. The
-    grader calls this in each checker process."""
-    global SECONDS, HIDDEN_KEY
+def configure(seconds: float | object = _UNSET, hidden_key: str | None | object = _UNSET,
+              unfinished: str | object = _UNSET) -> None:
+    """Set the checks' time limit (``SECONDS``), the grader's secret for teacher-only
+    inputs (``HIDDEN_KEY``; None: none) and what a stub does (``UNFINISHED``: "report"
+    or "raise"); an argument left out is left as it is. The grader calls this in each
+    checker process."""
+    global SECONDS, HIDDEN_KEY, UNFINISHED
     if seconds is not _UNSET:
         SECONDS = float(seconds)
     if hidden_key is not _UNSET:
         HIDDEN_KEY = hidden_key
+    if unfinished is not _UNSET:
+        if unfinished not in ("report", "raise"):
+            raise ValueError(f"unfinished: 'report' or 'raise', not {unfinished!r}")
+        UNFINISHED = unfinished
+
+
+class CheckFailure(AssertionError):
+    """A check's verdict on a wrong answer: an ``AssertionError`` (the grader and the
+    tests read it as one) that a notebook shows as its message alone. IPython shows the
+    lines ``_render_traceback_`` returns in place of a traceback, which would print the
+    check's source and its inputs; where the learner's own code raised, its frames are
+    shown (theirs only) under the message."""
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"{type(self).__name__}: {self}"]
+        cause = self.__cause__
+        if cause is not None and cause.__traceback__ is not None:
+            import lncourse
+            ours = str(Path(lncourse.__file__).resolve().parent)
+            frames = [f for f in traceback.extract_tb(cause.__traceback__)
+                      if not str(Path(f.filename).resolve()).startswith(ours)
+                      and "site-packages" not in f.filename]
+            if frames:
+                lines += ["", "Where your code raised it:"]
+                lines += "".join(traceback.format_list(frames)).rstrip().splitlines()
+                lines += "".join(traceback.format_exception_only(
+                    type(cause), cause)).rstrip().splitlines()
+        return lines
 
 
 def generator(seed: int) -> torch.Generator:
@@ -223,9 +266,35 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     ``seconds`` (default ``SECONDS``) limits the time of all calls together.
     ``outputs`` names the outputs of a function that returns a tuple, for the messages.
     Prints one line when every case passes (two where one would not fit the book's
-    column); raises ``AssertionError`` otherwise (and lets the ``NotImplementedError``
-    of an unfinished stub through).
+    column); raises ``CheckFailure`` (an ``AssertionError``) otherwise. An unfinished
+    stub (its ``NotImplementedError``) prints "not done yet" and returns, or, where the
+    grader set ``configure(unfinished="raise")``, goes through.
     """
+    try:
+        _run_check(fn, name, params, cases, reference=reference, judge=judge,
+                   passed=passed, mistakes=mistakes, forbidden=forbidden, dtype=dtype,
+                   smooth=smooth, slack=slack, seconds=seconds, outputs=outputs)
+    except NotImplementedError:
+        if UNFINISHED == "raise":
+            raise
+        print(textwrap.fill(
+            f"check_{name}: not done yet: {name} still raises NotImplementedError (the "
+            f"stub). Replace its raise line with your code, then run this cell again.",
+            COLUMN_CHARS, subsequent_indent="  ", break_on_hyphens=False))
+    except CheckFailure:
+        raise
+    except AssertionError as err:
+        failure = CheckFailure(*err.args)
+        failure.__cause__ = err.__cause__
+        failure.__suppress_context__ = True
+        raise failure.with_traceback(err.__traceback__) from err.__cause__
+
+
+def _run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Case], *,
+               reference: Callable | None, judge: Judge | None, passed: str,
+               mistakes: Sequence[Mistake], forbidden: dict[str, str] | None,
+               dtype: torch.dtype, smooth: bool, slack: Callable[[float], float] | None,
+               seconds: float | None, outputs: Sequence[str]) -> None:
     if (reference is None) == (judge is None):
         raise ValueError("give exactly one of reference and judge")
     assert_signature(fn, params, name, cases)

@@ -5,9 +5,10 @@ For each chapter page of ``_toc.yml`` that is a lesson (``book/NN_topic.md``; a 
 the page, when
 
 - its prose exceeds ``WORD_BUDGET`` words (:func:`prose_words`: the words of the
-  Markdown outside code cells, display maths, directive lines, the collapsed
-  dropdowns of hints and solutions and the closing "Further reading" list; inline maths
-  and roles count as one word each);
+  Markdown outside code cells, display maths, directive lines, MyST comments (``%``,
+  as an exercise's ``% answer:`` fragments), the collapsed dropdowns of hints and
+  solutions and the closing "Further reading" list; inline maths and roles count as
+  one word each);
 - it does not end with a "Further reading" section, or that section is more than a
   list of cited works: each entry one sentence with a citation, the whole at most
   ``READING_BUDGET`` words. The list is the chapter's bibliography annotated, as a
@@ -89,7 +90,7 @@ def _prose(md: str) -> list[str]:
     md = re.sub(r"^\$\$.*?^\$\$", " ", md, flags=re.M | re.S)
     md = re.sub(r"^```\{(dropdown|solution-start)\}.*?^```\{?", " ", md, flags=re.M | re.S)
     lines = [ln for ln in md.splitlines()
-             if not re.match(r"\s*(```|:[\w-]+:|\([\w-]+\)=\s*$|#)", ln)]
+             if not re.match(r"\s*(```|:[\w-]+:|\([\w-]+\)=\s*$|#|%)", ln)]
     text = re.sub(r"\$[^$\n]+\$", " x ", "\n".join(lines))
     text = re.sub(r"\{[\w:-]+\}`[^`]*`", " x ", text)
     return re.findall(r"[A-Za-z0-9][\w'’.,%-]*", text)

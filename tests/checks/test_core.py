@@ -74,16 +74,54 @@ def test_meta_tensors_are_not_mistaken_for_a_stub():
             x.to("meta"), gamma.to("meta"), beta.to("meta"), eps).cpu())
 
 
-def test_stub_reads_as_unfinished():
+def test_stub_reads_as_unfinished(capsys, monkeypatch):
+    """Issue 61, item 4: in a notebook a stub's check prints "not done yet", naming the
+    function, and returns, so that "Run all" goes on; the grader (unfinished="raise")
+    gets the NotImplementedError, which scores 0."""
+    from lncourse.checks import _core
+
     def stub(x, gamma, beta, eps):
         raise NotImplementedError("Exercise: replace this line with your code")
-    with pytest.raises(NotImplementedError, match="replace this line"):
-        checks.check_layer_norm_fgh(stub)
 
     def own_stub(x, gamma, beta, eps):
         raise NotImplementedError
+    for fn in (stub, own_stub):
+        assert checks.check_layer_norm_fgh(fn) is None
+        out = capsys.readouterr().out
+        assert out.startswith("check_layer_norm_fgh: not done yet: layer_norm_fgh "), out
+        assert "passed" not in out
+    monkeypatch.setattr(_core, "UNFINISHED", "report")
+    checks.configure(unfinished="raise")
+    with pytest.raises(NotImplementedError, match="replace this line"):
+        checks.check_layer_norm_fgh(stub)
     with pytest.raises(NotImplementedError, match="^$"):
         checks.check_layer_norm_fgh(own_stub)
+    with pytest.raises(ValueError, match="'report' or 'raise'"):
+        checks.configure(unfinished="ignore")
+
+
+def test_a_failing_check_shows_its_message_not_its_source():
+    """Issue 60, item 5: a failure is an AssertionError (the grader and the tests read
+    it so) that IPython renders as the message alone (``_render_traceback_``), without
+    the check's source lines or its inputs; where the learner's code raised, only the
+    learner's frames are shown under it."""
+    from lncourse.checks._core import CheckFailure
+
+    def wrong(x, gamma, beta, eps):
+        return x
+
+    def crash(x, gamma, beta, eps):
+        return x[10_000]
+    with pytest.raises(AssertionError) as info:
+        checks.check_layer_norm_fgh(wrong)
+    assert isinstance(info.value, CheckFailure)
+    assert info.value._render_traceback_() == [f"CheckFailure: {info.value}"]
+    with pytest.raises(CheckFailure) as info:
+        checks.check_layer_norm_fgh(crash)
+    shown = "\n".join(info.value._render_traceback_())
+    assert shown.startswith("CheckFailure: layer_norm_fgh: your function raised IndexError")
+    assert "return x[10_000]" in shown and "in crash" in shown
+    assert "lncourse" not in shown and "run_check" not in shown and "case(" not in shown
 
 
 def test_a_learners_assert_keeps_the_context():
