@@ -259,3 +259,24 @@ def test_3d_frames_keep_their_tick_labels_apart():
     for axis in (ax.xaxis, ax.yaxis, ax.zaxis):
         ticks = [t for t in axis.get_majorticklocs() if -1.5 <= t <= 1.5]
         assert 3 <= len(ticks) <= 5, ticks
+
+
+def test_3d_axis_labels_keep_clear_of_their_tick_labels():
+    """Issue 61: in Figure 1.1 the label "x3" sat on the z axis's tick labels ("0.0").
+    Every axis label of every panel is drawn clear of its own axis's tick labels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from lncourse.geometry.figures import ln_pipeline_demo
+
+    fig = ln_pipeline_demo()
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis, ax.zaxis):
+            label = axis.label.get_window_extent(renderer)
+            ticks = [t.label1.get_window_extent(renderer) for t in axis.get_major_ticks()
+                     if t.label1.get_visible() and t.label1.get_text()]
+            assert ticks
+            hits = [b for b in ticks if label.overlaps(b)]
+            assert not hits, (ax.get_title(), axis.label.get_text())

@@ -29,7 +29,7 @@ def _draw_circle(ax, radius: float, center=(0.0, 0.0, 0.0), gamma=(1.0, 1.0, 1.0
 
 PIPELINE_GAMMA = (1.6, 0.7, 1.1)    # the gamma and beta that Figure 1.1 draws, the ones
 PIPELINE_BETA = (0.5, -0.3, 0.8)    # chapter 1's ellipse section measures
-PIPELINE_ZOOM = 0.8                  # the cubes of Figures 1.1 and 1.2, smaller than their axes
+PIPELINE_ZOOM = 0.8                  # the cubes of Figure 1.1, smaller than their axes
 
 
 def _segments(ax, starts, ends, color, every: int = 1) -> None:

@@ -96,7 +96,8 @@ def keys_queries_3d(panels: dict[str, tuple[np.ndarray, np.ndarray]],
             for j, v in enumerate(vecs):
                 ax.plot([0, v[0]], [0, v[1]], [0, v[2]], color=color, lw=1, marker=marker,
                         markersize=3, markevery=[1], label=name if j == 0 else None)
-        frame_3d(ax, radius, elev, azim, title, labels=("x", "y", "z"))
+        # a smaller cube leaves room for the z label beside its own panel
+        frame_3d(ax, radius, elev, azim, title, labels=("x", "y", "z"), zoom=0.85)
         if k == 0:
             legend_below(ax, ncol=2)
     return fig

@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from lncourse.plotting.style import COLORS, SERIES, figure_and_axes, legend_below
 
-__all__ = ["variance_loglog", "cumulative_attention", "sigma_sweep", "probe_errors",
+__all__ = ["variance_loglog", "variance_with_ratios", "cumulative_attention", "sigma_sweep", "probe_errors",
            "lemma4_signal", "trained_layers", "stream_probe"]
 
 
@@ -52,6 +52,30 @@ def variance_loglog(measured, theory, corrected=None, labels: dict | None = None
     ax.set_xlabel("position m")
     ax.set_ylabel("variance of the attention output")
     ax.legend()
+    return fig
+
+
+def variance_with_ratios(measured, theory, corrected, ax=None) -> Figure:
+    """Figure 4 with the gap made visible: the variance against m (log-log, as
+    :func:`variance_loglog`), and beside it measured / prediction for Lemma 3 and for
+    the corrected prediction, where 1 is a perfect prediction. On the log-log panel the
+    two predictions differ by a few per cent and lie on each other; the ratios do not.
+
+    measured, theory, corrected: (T,). ``ax``: two axes, or None for a new figure.
+    """
+    fig, (left, right) = figure_and_axes(ax, 2, width=9.6, height=3.8)
+    variance_loglog(measured, theory, corrected, ax=left)
+    measured = np.asarray(measured, dtype=float)
+    m = np.arange(1, len(measured) + 1)
+    right.axhline(1.0, color=COLORS["input"], lw=1.0)
+    right.plot(m, measured / np.asarray(theory, dtype=float), color=COLORS["theory"],
+               ls="--", lw=1.2, label="measured / Lemma 3")
+    _corrected_line(right, m, measured / np.asarray(corrected, dtype=float),
+                    "measured / corrected")
+    right.set_xscale("log")
+    right.set_xlabel("position m")
+    right.set_ylabel("measured / prediction")
+    right.legend()
     return fig
 
 

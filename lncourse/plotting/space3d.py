@@ -14,7 +14,10 @@ from matplotlib.ticker import MaxNLocator
 
 from lncourse.plotting.style import COLORS
 
-__all__ = ["plane_basis", "draw_plane", "draw_ones", "frame_3d"]
+__all__ = ["plane_basis", "draw_plane", "draw_ones", "frame_3d", "LABEL_PAD"]
+
+# points between an axis's tick labels and its label (matplotlib's default: 4)
+LABEL_PAD = 10.0
 
 
 def plane_basis() -> tuple[np.ndarray, np.ndarray]:
@@ -63,12 +66,17 @@ def frame_3d(ax, lim: float, elev: float, azim: float, title: str = "",
     ax.set_xlim(-lim, lim)
     ax.set_ylim(-lim, lim)
     ax.set_zlim(-lim, lim)
+    # the labels sit further out than matplotlib's default (4 points), which put
+    # "x3" on the z axis's tick labels; three ticks an axis (-4, 0, 4), not five
     for set_label, text in zip((ax.set_xlabel, ax.set_ylabel, ax.set_zlabel), labels):
-        set_label(text)
+        set_label(text, labelpad=LABEL_PAD)
     ax.set_box_aspect((1, 1, 1), zoom=zoom)
+    # a transparent background: in a row of panels the next panel's opaque one hid
+    # this panel's z label, which lies beside the cube, past the edge of its axes
+    ax.set_facecolor("none")
     ax.zaxis.set_ticks_position(z_side)
     ax.zaxis.set_label_position(z_side)
     for axis in (ax.xaxis, ax.yaxis, ax.zaxis):   # five or more ticks overlapped in 3-D
-        axis.set_major_locator(MaxNLocator(nbins=4))
+        axis.set_major_locator(MaxNLocator(nbins=2))
     ax.set_title(title)
     ax.view_init(elev=elev, azim=azim)

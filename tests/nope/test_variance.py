@@ -303,6 +303,7 @@ def test_plots_return_figures(stats):
     v = stats["attn_out_var"].mean(-1)
     th = nope_lemmas.theory_variance(D, 0.02, T)
     figs = [nope_plots.variance_loglog(v, th, th),
+            nope_plots.variance_with_ratios(v, th, th),
             nope_plots.cumulative_attention(stats["mean_weights"]),
             nope_plots.sigma_sweep({0.02: (v, th), 0.2: (v, th)}),
             nope_plots.probe_errors({"causal": ([0, 1], [4.0, 3.0])}, 4.0),
