@@ -35,19 +35,28 @@ SECONDS = 60.0   # time limit for all calls of one check together in a notebook 
 
 HIDDEN_KEY: str | None = None   # the grader's secret for teacher-only inputs (--hidden-key)
 
+# partial credit (the grader's assignment file, ``partial = true``): while a list, every
+# case is judged and recorded here as (passed, message) instead of the first failure
+# raising; the grader scores the share of cases passed (lncourse.grading.checker)
+TALLY: list[tuple[bool, str]] | None = None
+
 
 _UNSET = object()
 
 
-def configure(seconds: float | object = _UNSET, hidden_key: str | None | object = _UNSET) -> None:
-    """Set the checks' time limit (``SECONDS``) and the grader's secret for teacher-only
-    inputs (``HIDDEN_KEY``; None: none); an argument left out is left as it is. The
-    grader calls this in each checker process."""
-    global SECONDS, HIDDEN_KEY
+def configure(seconds: float | object = _UNSET, hidden_key: str | None | object = _UNSET,
+              tally: list | None | object = _UNSET) -> None:
+    """Set the checks' time limit (``SECONDS``), the grader's secret for teacher-only
+    inputs (``HIDDEN_KEY``; None: none) and the list that records every case for partial
+    credit (``TALLY``; None: the first failure raises); an argument left out is left as
+    it is. The grader calls this in each checker process."""
+    global SECONDS, HIDDEN_KEY, TALLY
     if seconds is not _UNSET:
         SECONDS = float(seconds)
     if hidden_key is not _UNSET:
         HIDDEN_KEY = hidden_key
+    if tally is not _UNSET:
+        TALLY = tally
 
 
 def generator(seed: int) -> torch.Generator:
@@ -232,51 +241,23 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     limit = SECONDS if seconds is None else seconds
     deadline = time.monotonic() + limit
     worst = 0.0
+    failed = False
     for args, kwargs in cases:
-        where = describe_case(args, kwargs)
-        precision = precision_of(args, kwargs, dtype)
-        args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
-        if reference is not None:
-            expected = reference(*map(_clone, args64), **{k: _clone(v) for k, v in kwargs64.items()})
-            tol = tolerance(reference, args64, kwargs64, expected,
-                            fair_precision(args, kwargs, precision), smooth, slack)
-        got, args_after, kwargs_after = call_learner(
-            fn, tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()},
-            name=name, where=where, forbidden=forbidden,
-            seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
-        if not _same_inputs(args_after, args) or not _same_inputs(kwargs_after, kwargs):
-            raise AssertionError(f"{name}: your function modified its input in place; "
-                                 "compute a new tensor instead (for example x - m, "
-                                 "not x -= m)")
-        if reference is not None:
-            ok, diff, why = compare(got, expected, tol, precision, outputs,
-                                    _float32_in((args, kwargs, got)))
-            hinted = (compare(got, expected, tol, precision, outputs, True)[2]
-                      if not ok and math.isfinite(diff) else why)
-            if hinted != why:
-                # a float32 tensor made inside the function? Run it again, watched
-                seen: set = set()
-                with contextlib.suppress(Exception):
-                    call_learner(fn, tuple(map(_clone, args)),
-                                 {k: _clone(v) for k, v in kwargs.items()}, name=name,
-                                 where=where, forbidden=forbidden, seen=seen,
-                                 seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
-                if torch.float32 in seen:
-                    why = hinted
-        else:
-            ok, diff, why = judge(got, args64, kwargs64, precision)
-        if ok and non_finite(got) and (reference is None or not non_finite(expected)):
-            ok, diff, why = False, math.inf, "your answer contains NaN or inf"
-        if ok:
-            worst = max(worst, diff)
+        if TALLY is None:
+            worst = max(worst, _judge_case(fn, name, args, kwargs, reference, judge,
+                                           mistakes, forbidden, dtype, smooth, slack,
+                                           outputs, deadline, limit))
             continue
-        mistake = _named_mistake(got, mistakes, args64, kwargs64, precision, smooth)
-        if mistake:
-            raise AssertionError(f"{name}: {mistake} (on input ({where}): {why})")
-        if reference is not None and math.isfinite(diff):
-            raise AssertionError(f"{name}: your output differs from the reference on input "
-                                 f"({where}): {why}")
-        raise AssertionError(f"{name}: {why} (on input ({where}))")
+        try:
+            worst = max(worst, _judge_case(fn, name, args, kwargs, reference, judge,
+                                           mistakes, forbidden, dtype, smooth, slack,
+                                           outputs, deadline, limit))
+            TALLY.append((True, ""))
+        except AssertionError as err:
+            TALLY.append((False, str(err)))
+            failed = True
+    if failed:      # partial credit: the grader reads TALLY; no "passed" line
+        return
     line = f"check_{name} passed: {passed} on {len(cases)} inputs"
     detail = f"largest difference {worst:.2e}" if reference is not None else ""
     if detail and len(line) + 2 + len(detail) <= COLUMN_CHARS:   # the book's column
@@ -285,3 +266,51 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
         print(textwrap.fill(line + ("," if detail else ""), COLUMN_CHARS,
                             subsequent_indent="  ", break_on_hyphens=False)
               + (f"\n  {detail}" if detail else ""))
+
+
+def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, dtype,
+                smooth, slack, outputs, deadline, limit) -> float:
+    """One case of ``run_check``: its difference if it passes; AssertionError if not."""
+    where = describe_case(args, kwargs)
+    precision = precision_of(args, kwargs, dtype)
+    args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
+    if reference is not None:
+        expected = reference(*map(_clone, args64), **{k: _clone(v) for k, v in kwargs64.items()})
+        tol = tolerance(reference, args64, kwargs64, expected,
+                        fair_precision(args, kwargs, precision), smooth, slack)
+    got, args_after, kwargs_after = call_learner(
+        fn, tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()},
+        name=name, where=where, forbidden=forbidden,
+        seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
+    if not _same_inputs(args_after, args) or not _same_inputs(kwargs_after, kwargs):
+        raise AssertionError(f"{name}: your function modified its input in place; "
+                             "compute a new tensor instead (for example x - m, "
+                             "not x -= m)")
+    if reference is not None:
+        ok, diff, why = compare(got, expected, tol, precision, outputs,
+                                _float32_in((args, kwargs, got)))
+        hinted = (compare(got, expected, tol, precision, outputs, True)[2]
+                  if not ok and math.isfinite(diff) else why)
+        if hinted != why:
+            # a float32 tensor made inside the function? Run it again, watched
+            seen: set = set()
+            with contextlib.suppress(Exception):
+                call_learner(fn, tuple(map(_clone, args)),
+                             {k: _clone(v) for k, v in kwargs.items()}, name=name,
+                             where=where, forbidden=forbidden, seen=seen,
+                             seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
+            if torch.float32 in seen:
+                why = hinted
+    else:
+        ok, diff, why = judge(got, args64, kwargs64, precision)
+    if ok and non_finite(got) and (reference is None or not non_finite(expected)):
+        ok, diff, why = False, math.inf, "your answer contains NaN or inf"
+    if ok:
+        return diff
+    mistake = _named_mistake(got, mistakes, args64, kwargs64, precision, smooth)
+    if mistake:
+        raise AssertionError(f"{name}: {mistake} (on input ({where}): {why})")
+    if reference is not None and math.isfinite(diff):
+        raise AssertionError(f"{name}: your output differs from the reference on input "
+                             f"({where}): {why}")
+    raise AssertionError(f"{name}: {why} (on input ({where}))")

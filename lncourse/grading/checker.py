@@ -31,6 +31,8 @@ class Outcome:
     passed: bool
     message: str                                   # the check's line, or why it failed
     notes: list[str] = field(default_factory=list)
+    score: float | None = None     # partial credit: the share of inputs passed (0 to 1)
+    pending: bool = False          # a written answer not yet marked
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
 
     checks.configure(seconds=job.timeout)          # the checks' own limit is the grader's
     function = exercise.function
+    teacher = getattr(exercise, "teacher", None)   # a teacher's exercise (grading.teacher)
+    tally = [] if getattr(exercise, "partial", False) else None
+    checks.configure(tally=tally)                  # partial credit: every input recorded
     notes: list[str] = []
     outcome, kept, total = None, "", 0
     sandbox = None
@@ -71,7 +76,8 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
         info = sandbox.start()
         notes += [f"running the code `{function}` needs raised {p}" for p in sandbox.problems]
         if info.get("kind") == "function":
-            printed, check = io.StringIO(), getattr(checks, exercise.check)
+            printed = io.StringIO()
+            check = teacher.check if teacher is not None else getattr(checks, exercise.check)
             with contextlib.redirect_stdout(printed):
                 check(sandbox.function(info), hidden=False)
                 if job.hidden:     # visible inputs passed: a failure now is a hidden input's
@@ -87,7 +93,14 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
             problem = sandbox.audit()     # the rules, read where no patch of theirs reaches
             if problem:
                 raise AssertionError(f"{function}: {problem}")
-            outcome = Outcome(True, printed.getvalue().strip().splitlines()[-1][:1000])
+            failed = [m for ok, m in tally or () if not ok]
+            if failed:                    # partial credit: the share of inputs passed
+                right = len(tally) - len(failed)
+                outcome = Outcome(False, f"{failed[0]} ({len(failed)} of {len(tally)} "
+                                         f"inputs failed; partial credit for the "
+                                         f"{right} passed)"[:4000], score=right / len(tally))
+            else:
+                outcome = Outcome(True, printed.getvalue().strip().splitlines()[-1][:1000])
         elif info.get("kind") == "not callable":
             outcome = Outcome(False, f"`{function}` is a {info.get('type')}, not a function")
         elif info.get("kind") == "builtin":
@@ -105,6 +118,7 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
         outcome = Outcome(False, f"the grader could not check this exercise "
                                  f"({type(err).__name__}: {str(err)[:500]})")
     finally:
+        checks.configure(tally=None)
         if sandbox is not None:
             kept, total = sandbox.printed()
             sandbox.close()
@@ -138,7 +152,8 @@ def _checker(job: Job, fd: int, template=None) -> None:
         for k, (program, exercise) in enumerate(job.programs):
             o = _grade_exercise(program, exercise, job, learner)
             write_frame(fd, pack({"k": k, "passed": bool(o.passed), "message": o.message,
-                                  "notes": [str(n) for n in o.notes]}))
+                                  "notes": [str(n) for n in o.notes],
+                                  "score": None if o.score is None else float(o.score)}))
     finally:
         learner.kill()
         kill_descendants(os.getpid())
@@ -149,7 +164,10 @@ def _outcome(header: dict) -> Outcome:
     if not (isinstance(header.get("passed"), bool) and isinstance(header.get("message"), str)
             and isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
         return Outcome(False, "the grader's process for this exercise sent a malformed result")
-    return Outcome(header["passed"], header["message"], notes)
+    score = header.get("score")
+    if score is not None and not (type(score) is float and 0.0 <= score <= 1.0):
+        return Outcome(False, "the grader's process for this exercise sent a malformed result")
+    return Outcome(header["passed"], header["message"], notes, score)
 
 
 def run_jobs(jobs: list[Job], workers: int, template: bool = True) -> list[list[Outcome]]:

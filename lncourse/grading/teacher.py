@@ -1,0 +1,239 @@
+"""A teacher's own exercises: a function exercise defined in a file beside the class.
+
+The file is Python the teacher writes; it calls ``exercise`` once per exercise::
+
+    import torch
+    from lncourse.grading.teacher import exercise, case
+
+    g = torch.Generator().manual_seed(7)
+    exercise(
+        "softmax_rows", params=("x",),
+        reference=lambda x: torch.softmax(x, dim=-1),
+        cases=[case(torch.randn(3, 5, generator=g, dtype=torch.float64)),
+               case(torch.tensor([[1000.0, 0.0]], dtype=torch.float64))],
+        mistakes=[("softmax over the columns: each row should sum to 1",
+                   lambda x: torch.softmax(x, dim=0))],
+        title="Softmax by rows")
+
+``reference`` is the right answer (compared within the course's tolerances), or
+``property`` judges an answer instead (``property(answer, *args, **kwargs)`` returns
+None or True when it holds, else a message saying what is wrong). ``mistakes``: wrong
+implementations and the message that names each, tried when an answer fails.
+
+Where it runs. The file is read by the grader (``load``, in the teacher's process,
+before any submission is read) and its check runs in the checker process, exactly as a
+course's check does: only the learner's function runs in the sandbox, answering the
+check's calls as plain data. The file's folder is hidden from every learner
+(``Assignment.private``), and the file is never copied. A failure names the input by
+its number only ("the teacher's input 2 of 4"): the teacher's inputs and the reference's
+outputs are never in a student's feedback.
+"""
+
+from __future__ import annotations
+
+import runpy
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["exercise", "case", "Spec", "TeacherError", "load"]
+
+
+class TeacherError(ValueError):
+    """A teacher's file the grader cannot use."""
+
+
+def case(*args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+    """One input: ``case(x, 0.5)`` calls the learner's function as ``f(x, 0.5)``."""
+    return args, kwargs
+
+
+@dataclass(frozen=True)
+class Spec:
+    function: str
+    params: tuple[str, ...]
+    cases: tuple = field(repr=False)            # the teacher's inputs: never printed
+    reference: Callable | None = field(default=None, repr=False)
+    property: Callable | None = field(default=None, repr=False)
+    mistakes: tuple = field(default=(), repr=False)
+    title: str = ""
+    passed: str = "matches the reference"
+    file: str = ""
+
+    def check(self, fn: Callable, hidden: bool = False) -> None:
+        """The check, as ``lncourse.checks.check_<function>``: prints one line when every
+        input passes, raises AssertionError naming the first failure otherwise (with
+        partial credit, records every input in ``_core.TALLY``). Every input is the
+        teacher's, so ``hidden=True`` adds none."""
+        if hidden:
+            return
+        from lncourse.checks import _core
+        from lncourse.checks._core import assert_signature
+        from lncourse.guard import call_learner
+
+        name, n = self.function, len(self.cases)
+        assert_signature(fn, self.params, name, self.cases)
+        deadline = _core.time.monotonic() + _core.SECONDS
+        failed = False
+        for k, (args, kwargs) in enumerate(self.cases, 1):
+            where = f"the teacher's input {k} of {n}"
+            try:
+                got, args_after, kwargs_after = call_learner(
+                    fn, tuple(map(_core._clone, args)),
+                    {a: _core._clone(v) for a, v in kwargs.items()}, name=name,
+                    where=where, seconds=max(deadline - _core.time.monotonic(), 1e-3),
+                    limit=_core.SECONDS)
+                if not (_core._same_inputs(args_after, args)
+                        and _core._same_inputs(kwargs_after, kwargs)):
+                    raise AssertionError(f"{name}: your function modified its input in "
+                                         f"place ({where}); compute a new value instead")
+                problem = self._judge(got, args, kwargs)
+                if problem:
+                    raise AssertionError(f"{name}: {problem} (on {where})")
+            except AssertionError as err:
+                if _core.TALLY is None:
+                    raise
+                _core.TALLY.append((False, str(err)))
+                failed = True
+            else:
+                if _core.TALLY is not None:
+                    _core.TALLY.append((True, ""))
+        if not failed:
+            print(f"check_{name} passed: {self.passed} on {n} inputs")
+
+    def _judge(self, got, args, kwargs) -> str | None:
+        """None if ``got`` is right on this input, else what is wrong (never the input's
+        or the reference's values)."""
+        from lncourse.checks import _core
+        from lncourse.checks._compare import compare, precision_of, tolerance, upcast
+
+        if self.property is not None:
+            verdict = self.property(got, *args, **kwargs)
+            if verdict is None or verdict is True:
+                return None
+            return str(verdict) if isinstance(verdict, str) else "the property does not hold"
+        precision = precision_of(args, kwargs, _core.torch.float64)
+        args64 = upcast(args)
+        kwargs64 = {a: upcast(v) for a, v in kwargs.items()}
+        expected = self.reference(*map(_core._clone, args64),
+                                  **{a: _core._clone(v) for a, v in kwargs64.items()})
+        tol = tolerance(self.reference, args64, kwargs64, expected,
+                        _core.fair_precision(args, kwargs, precision), True, None)
+        ok, diff, _ = compare(got, expected, tol, precision)
+        if ok and _core.non_finite(got) and not _core.non_finite(expected):
+            ok = False
+        if ok:
+            return None
+        mistake = _core._named_mistake(got, self.mistakes, args64, kwargs64, precision, True)
+        return mistake or "your output differs from the reference"
+
+
+_REGISTRY: list[Spec] | None = None
+
+
+def exercise(function: str, *, params: Sequence[str], cases: Sequence,
+             reference: Callable | None = None, property: Callable | None = None,
+             mistakes: Sequence[tuple[str, Callable]] = (), title: str = "",
+             passed: str = "matches the reference") -> Spec:
+    """Declare one exercise (see the module's docstring); checked as it is declared."""
+    if not (isinstance(function, str) and function.isidentifier()):
+        raise TeacherError(f"exercise({function!r}): the function's name must be a "
+                           "Python name")
+    if (reference is None) == (property is None):
+        raise TeacherError(f"exercise({function!r}): give exactly one of reference= "
+                           "and property=")
+    for what, f in (("reference", reference), ("property", property)):
+        if f is not None and not callable(f):
+            raise TeacherError(f"exercise({function!r}): {what} must be a function")
+    params = tuple(params) if not isinstance(params, str) else (params,)
+    if not params or not all(isinstance(p, str) and p.isidentifier() for p in params):
+        raise TeacherError(f"exercise({function!r}): params must name the parameters, "
+                           "params=(\"x\", \"eps\")")
+    cases = tuple(cases)
+    if not cases:
+        raise TeacherError(f"exercise({function!r}): give at least one input, cases=[...]")
+    for k, c in enumerate(cases, 1):
+        if not (isinstance(c, tuple) and len(c) == 2 and isinstance(c[0], tuple)
+                and isinstance(c[1], dict)):
+            raise TeacherError(f"exercise({function!r}): input {k} is not made by "
+                               "case(...)")
+    mistakes = tuple(mistakes)
+    for k, m in enumerate(mistakes, 1):
+        if not (isinstance(m, tuple) and len(m) == 2 and isinstance(m[0], str)
+                and m[0].strip() and callable(m[1])):
+            raise TeacherError(f"exercise({function!r}): mistake {k} must be a pair "
+                               "(\"message\", wrong_function)")
+    spec = Spec(function, params, cases, reference, property, mistakes, title, passed)
+    if _REGISTRY is not None:
+        _REGISTRY.append(spec)
+    return spec
+
+
+def _validate(spec: Spec) -> None:
+    """The reference runs on every input, to finite values; each named mistake fails on
+    at least one of them (else it could never be named)."""
+    from lncourse.checks import _core
+
+    for k, (args, kwargs) in enumerate(spec.cases, 1):
+        try:
+            answer = (spec.reference or (lambda *a, **kw: None))(
+                *map(_core._clone, args), **{a: _core._clone(v) for a, v in kwargs.items()})
+            if spec.reference is not None and _core.non_finite(answer):
+                raise TeacherError(f"the reference returns NaN or inf on input {k}")
+        except TeacherError:
+            raise
+        except Exception as err:  # noqa: BLE001 (the teacher's code, reported)
+            raise TeacherError(f"the reference raised {type(err).__name__} on input {k}: "
+                               f"{err}") from None
+    for message, wrong in spec.mistakes:
+        caught = False
+        for args, kwargs in spec.cases:
+            try:
+                problem = spec._judge(wrong(*map(_core._clone, args),
+                                            **{a: _core._clone(v) for a, v in kwargs.items()}),
+                                      args, kwargs)
+            except Exception:  # noqa: BLE001 (a mistake that does not apply here)
+                continue
+            caught = caught or problem is not None
+        if not caught:
+            raise TeacherError(f"the mistake {message[:60]!r} passes every input: add an "
+                               "input on which it differs from the reference")
+
+
+def load(path: str | Path, function: str) -> Spec:
+    """The exercise ``function`` declared in the teacher's file ``path``; TeacherError
+    with the file, the line and the reason for a file that cannot be used."""
+    global _REGISTRY
+    path = Path(path)
+    if not path.is_file():
+        raise TeacherError(f"{path}: no such file")
+    _REGISTRY = []
+    try:
+        runpy.run_path(str(path), run_name="lncourse_teacher")
+        found = list(_REGISTRY)
+    except TeacherError as err:
+        raise TeacherError(f"{path}: {err}") from None
+    except SyntaxError as err:
+        raise TeacherError(f"{path}, line {err.lineno}: syntax error: {err.msg}") from None
+    except Exception as err:  # noqa: BLE001 (the teacher's code, reported)
+        frames = [f for f in traceback.extract_tb(err.__traceback__)
+                  if Path(f.filename).resolve() == path.resolve()]
+        line = f", line {frames[-1].lineno}" if frames else ""
+        raise TeacherError(f"{path}{line}: {type(err).__name__}: {err}") from None
+    finally:
+        _REGISTRY = None
+    specs = [s for s in found if s.function == function]
+    if not specs:
+        declared = ", ".join(s.function for s in found) or "none"
+        raise TeacherError(f"{path} declares no exercise({function!r}, ...) (it declares: "
+                           f"{declared})")
+    if len(specs) > 1:
+        raise TeacherError(f"{path} declares exercise({function!r}, ...) twice")
+    spec = specs[0]
+    try:
+        _validate(spec)
+    except TeacherError as err:
+        raise TeacherError(f"{path}: exercise {function!r}: {err}") from None
+    return Spec(**{**spec.__dict__, "file": str(path)})
