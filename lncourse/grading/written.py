@@ -2,7 +2,8 @@
 
 A chapter's open question is followed by an answer cell: a Markdown cell whose metadata
 holds ``{"lncourse": {"written": "wr-<name>"}}`` (the chapter's source writes it as
-``+++ {"lncourse": {"written": "wr-<name>"}}``; the student edition keeps it). The
+``+++ {"lncourse": {"written": "wr-<name>"}}`` before the cell's text, ``PLACEHOLDER``;
+the student edition keeps it). A cell left as the placeholder is no answer. The
 assignment file declares the questions it grades and their points (``[written.wr-<name>]``).
 
 The first run writes FILE, a CSV with one row per submission and question:
@@ -30,6 +31,7 @@ __all__ = ["COLUMNS", "answers", "read_marks", "write_marks", "WrittenError"]
 COLUMNS = ("student_id", "submission", "question", "max_points", "points", "comment",
            "answer")
 MAX_ANSWER = 20_000     # characters of one answer kept (a sheet's cell, not an essay store)
+PLACEHOLDER = "*Your answer here.*"   # the answer cell as the chapter hands it out
 
 
 class WrittenError(ValueError):
@@ -57,7 +59,8 @@ def answers(path: str | Path) -> dict[str, str]:
         source = c.get("source", "")
         source = "".join(s for s in source if isinstance(s, str)) \
             if isinstance(source, list) else str(source)
-        out[label] = source.strip()[:MAX_ANSWER]
+        text = source.strip()
+        out[label] = "" if text == PLACEHOLDER else text[:MAX_ANSWER]
     return out
 
 

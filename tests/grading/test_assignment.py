@@ -42,7 +42,7 @@ exercise(
 
 ASSIGNMENT = '''
 chapter = 1
-title = "Lab 1 (weighted)"
+title = "Lab 1"
 
 [exercises]
 "1.2" = { points = 4, partial = true }
@@ -179,7 +179,7 @@ def test_a_class_graded_by_an_assignment(graded_class):
     ]
     lms = list(csv.reader(io.StringIO((root / "moodle.csv").read_text())))
     assert lms == [
-        ["ID number", "Lab 1 (weighted)", "Maximum points", "Feedback"],
+        ["ID number", "Lab 1", "Maximum points", "Feedback"],
         ["S1", "13", "14", "13/14 points; not passed: W1 (4/5)"],
         ["S2", "8.5", "14", "8.5/14 points; not passed: 1.2 (3/4), T1, W1 (2.5/5)"],
         ["S3", "2", "14", "2/14 points; not passed: 1.2, 1.4, W1"],
@@ -233,6 +233,22 @@ def test_a_changed_answer_loses_its_mark(tmp_path):
     row = written.merge(path, [g], {WRITTEN: 5.0},
                         {"x/a.ipynb": {WRITTEN: "second"}})[("a.ipynb", WRITTEN)]
     assert row["_mark"] is None and "changed since it was marked 3" in row["comment"]
+
+
+def test_chapter_3s_student_edition_hands_out_a_written_answer_cell(tmp_path):
+    """The chapter's source marks the cell; the student edition carries the marker, and
+    the grader reads what the student wrote there (the placeholder is no answer)."""
+    from lncourse.grading import written
+    nb = editions("03_majority")["student"]
+    marked = [c for c in nb.cells if c.metadata.get("lncourse", {}).get("written")]
+    assert [(c.cell_type, c.metadata["lncourse"]["written"], c.source) for c in marked] \
+        == [("markdown", "wr-majority-scale", written.PLACEHOLDER)]
+    nbformat.write(nb, tmp_path / "blank.ipynb")
+    assert written.answers(tmp_path / "blank.ipynb") == {"wr-majority-scale": ""}
+    marked[0].source = "The scale sets the logits' size.\n\nA run at fixed scale."
+    nbformat.write(nb, tmp_path / "done.ipynb")
+    assert written.answers(tmp_path / "done.ipynb") == {
+        "wr-majority-scale": "The scale sets the logits' size.\n\nA run at fixed scale."}
 
 
 # ------------------------------------------------------------------- bad input
