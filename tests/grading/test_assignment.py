@@ -85,6 +85,16 @@ def softmax_rows(x):
     e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
     return e / e.sum(dim=-1, keepdim=True)
 '''
+# a submission that reads the teacher's file and runs its reference (TEACHER is filled in)
+SOFTMAX_THIEF = '''import torch
+
+def softmax_rows(x):
+    spec = {}
+    exec(open(TEACHER).read(), spec)       # the teacher's file: hidden from it
+    return torch.softmax(x, dim=-1)
+
+TEACHER = "{teacher}"
+'''
 SOFTMAX_COLUMNS = '''import torch
 
 def softmax_rows(x):
@@ -126,11 +136,13 @@ def graded_class(tmp_path_factory):
         "ben.ipynb": notebook(student, P_SMALL_ONLY, RMS_RIGHT, SOFTMAX_COLUMNS,
                               "It makes the keys orthogonal to 1."),
         "cai.ipynb": notebook(student, None, RMS_NO_EPS, SOFTMAX_RIGHT, ""),
+        "dan.ipynb": notebook(student, None, None, SOFTMAX_THIEF.replace(
+            "{teacher}", str(teacher_dir / "exercises.py")), "*Your answer here.*"),
     }
     for name, nb in books.items():
         nbformat.write(nb, class_dir / name)
     (root / "roster.csv").write_text("file,student_id\nada.ipynb,S1\nben.ipynb,S2\n"
-                                     "cai.ipynb,S3\n")
+                                     "cai.ipynb,S3\ndan.ipynb,S4\n")
     args = [*(str(class_dir / n) for n in books), "--assignment", str(root / "lab1.toml"),
             "--written", str(root / "written.csv"), "--out", str(root / "grades.csv"),
             "--lms", str(root / "moodle.csv"), "--roster", str(root / "roster.csv"),
@@ -171,11 +183,13 @@ def test_a_class_graded_by_an_assignment(graded_class):
         ["S1", "", "ada.ipynb", "4", "3", "2", "", "9", "14", unmarked],
         ["S2", "", "ben.ipynb", "3", "3", "0", "", "6", "14", unmarked],
         ["S3", "", "cai.ipynb", "0", "0", "2", "0", "2", "14", ""],
+        ["S4", "", "dan.ipynb", "0", "0", "0", "0", "0", "14", ""],
     ]
     assert cells((root / "grades.csv").read_text()) == [
         ["S1", "", "ada.ipynb", "4", "3", "2", "4", "13", "14", ""],
         ["S2", "", "ben.ipynb", "3", "3", "0", "2.5", "8.5", "14", ""],
         ["S3", "", "cai.ipynb", "0", "0", "2", "0", "2", "14", ""],
+        ["S4", "", "dan.ipynb", "0", "0", "0", "0", "0", "14", ""],
     ]
     lms = list(csv.reader(io.StringIO((root / "moodle.csv").read_text())))
     assert lms == [
@@ -183,6 +197,7 @@ def test_a_class_graded_by_an_assignment(graded_class):
         ["S1", "13", "14", "13/14 points; not passed: W1 (4/5)"],
         ["S2", "8.5", "14", "8.5/14 points; not passed: 1.2 (3/4), T1, W1 (2.5/5)"],
         ["S3", "2", "14", "2/14 points; not passed: 1.2, 1.4, W1"],
+        ["S4", "0", "14", "0/14 points; not passed: 1.2, 1.4, T1, W1"],
     ]
     first_lms = list(csv.reader(io.StringIO(first["moodle.csv"])))
     assert first_lms[1] == ["S1", "9", "14", "9/14 points; not passed: W1 (not yet marked)"]
@@ -198,10 +213,11 @@ def test_written_answers_go_to_the_marks_sheet_and_back(graded_class):
          "The projection removes the mean; the scale sets the norm."],
         ["S2", "ben.ipynb", WRITTEN, "5", "", "", "It makes the keys orthogonal to 1."],
         ["S3", "cai.ipynb", WRITTEN, "5", "", "", ""],
+        ["S4", "dan.ipynb", WRITTEN, "5", "", "", ""],       # the placeholder
     ]
     again = table(root / "written.csv")   # the marks survive the second run
     assert [(r["points"], r["comment"]) for r in again] == [("4", "clear"), ("2.5", ""),
-                                                           ("", "")]
+                                                           ("", ""), ("", "")]
     feedback = (root / "feedback" / "S1.md").read_text()
     assert "| W1 Why project? | 4/5 | marked |" in feedback
     assert "marked 4/5: clear" in feedback
@@ -218,6 +234,37 @@ def test_the_teacher_exercise_names_the_mistake_and_hides_the_inputs(graded_clas
     assert "1 of 4 inputs failed; partial credit for the 3 passed" in ben
     ada = (root / "feedback" / "S1.md").read_text()
     assert "| T1 Softmax by rows | 2/2 | passed |" in ada
+
+
+def test_a_submission_cannot_read_the_teachers_file(graded_class):
+    """Dan's function opens the teacher's exercise file by its path: the sandbox does
+    not show it (a class's folder, a bound folder or the system's /tmp alike)."""
+    root, _ = graded_class
+    dan = (root / "feedback" / "S4.md").read_text()
+    assert "| T1 Softmax by rows | 0/2 | not passed |" in dan
+    assert "FileNotFoundError" in dan or "PermissionError" in dan
+
+
+def test_the_teachers_folders_are_hidden_from_every_learner(tmp_path, monkeypatch):
+    """The folders of the assignment file and of the teacher's exercise file join the
+    class's folders in what every learner's sandbox hides (``Job.hide``)."""
+    from lncourse.grading import grade as grade_module
+    from lncourse.grading.grade import Outcome, grade
+    seen = []
+
+    def run(jobs, workers, template=True):
+        seen.extend(jobs)
+        return [[Outcome(True, "stand-in") for _ in job.programs] for job in jobs]
+    monkeypatch.setattr(grade_module, "run_jobs", run)
+    (tmp_path / "class").mkdir()
+    nb = tmp_path / "class" / "a.ipynb"
+    nbformat.write(editions(CH.stem)["student"], nb)
+    (tmp_path / "setup").mkdir()
+    path = _files(tmp_path / "setup", "[exercises]\n\"1.2\" = 1\n[teacher.softmax_rows]\n"
+                  "file = \"teacher/exercises.py\"\npoints = 1\n")
+    grade([nb], assignment=load(path))
+    assert set(seen[0].hide) == {str((tmp_path / d).resolve())
+                                 for d in ("class", "setup", "setup/teacher")}
 
 
 def test_a_changed_answer_loses_its_mark(tmp_path):
