@@ -80,6 +80,11 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
             check = teacher.check if teacher is not None else getattr(checks, exercise.check)
             with contextlib.redirect_stdout(printed):
                 check(sandbox.function(info), hidden=False)
+                # partial credit: the hidden pass runs every input again, the visible
+                # ones and the teacher-only ones, and its tally is the one counted
+                visible = list(tally) if tally is not None else []
+                if job.hidden and tally is not None:
+                    tally.clear()
                 if job.hidden:     # visible inputs passed: a failure now is a hidden input's
                     try:
                         # the random inputs drawn from a secret
@@ -93,10 +98,16 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
             problem = sandbox.audit()     # the rules, read where no patch of theirs reaches
             if problem:
                 raise AssertionError(f"{function}: {problem}")
+            hidden_counted = job.hidden and bool(tally)
+            if tally is not None and not tally:   # a hidden pass that adds no input
+                tally.extend(visible)             # (a teacher's exercise)
             failed = [m for ok, m in tally or () if not ok]
             if failed:                    # partial credit: the share of inputs passed
                 right = len(tally) - len(failed)
-                outcome = Outcome(False, f"{failed[0]} ({len(failed)} of {len(tally)} "
+                first = next((m for ok, m in visible if not ok), None) or (
+                    f"(on a teacher-only input, which the notebook's own check does not "
+                    f"run) {failed[0]}" if hidden_counted else failed[0])
+                outcome = Outcome(False, f"{first} ({len(failed)} of {len(tally)} "
                                          f"inputs failed; partial credit for the "
                                          f"{right} passed)"[:4000], score=right / len(tally))
             else:

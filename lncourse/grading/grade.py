@@ -2,6 +2,7 @@
 
     python -m lncourse.grading.grade SUBMISSION.ipynb [...] --out grades.csv [--feedback DIR]
                              [--timeout SECONDS] [--hidden --hidden-key KEY] [--chapter N]
+                             [--assignment FILE.toml [--written MARKS.csv]]
 
 Writes one row per submission to the CSV (``student_id``, ``submission``, one column per
 exercise label holding its points if passed and 0 otherwise, ``total``, ``max_points``,
@@ -18,7 +19,10 @@ load) and a memory cap, and answers the check's calls
 as plain data (``lncourse.grading.sandbox``); the check itself runs in another fresh process, so
 nothing the learner's code does (redefining or monkeypatching a check, printing
 "passed") reaches it (``lncourse.grading.checker``: one such process per submission). ``--hidden`` adds the checks' teacher-only inputs, whose random
-values are drawn from a secret (``--hidden-key``).
+values are drawn from a secret (``--hidden-key``). ``--assignment`` grades by the
+teacher's assignment file (``lncourse.grading.assignment``): the exercises chosen, their
+points, partial credit, the teacher's own exercises (``lncourse.grading.teacher``) and
+written answers marked by hand in ``--written`` (``lncourse.grading.written``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 ``grades.csv`` (the sheet): ``student_id``, ``name`` (from the LMS's download naming,
 where there is one), ``submission`` (the file's name; "folder/file name" for an LMS's
 folder download), one column per exercise label holding the points earned (0 or the
-exercise's points, set by the chapter in ``lncourse.grading.exercises``), ``total``,
+exercise's points, set by the chapter in ``lncourse.grading.exercises``; with an
+assignment file, ``lncourse.grading.assignment``, its items and points, partial points
+to two decimals, and an empty cell for a written answer not yet marked), ``total``,
 ``max_points``, ``flags`` and ``graded_at`` (UTC). A regrade merges by submission: the
 row of every submission graded again is replaced, every other row is kept (two rows
 with one student ID both stay, and the new one is flagged). A sheet of another chapter
@@ -141,7 +143,8 @@ def _read_sheet(ch, path: Path) -> list[dict]:
     known = [c for c in columns if c not in fixed]
     if known != labels or "student_id" not in columns or "submission" not in columns:
         raise SystemExit(f"{path} is not a grade sheet of chapter {ch.number} (another "
-                         f"chapter's, or no grade sheet: its columns are "
+                         f"chapter's, one graded by another assignment file, or no grade "
+                         f"sheet: its columns are "
                          f"{', '.join(columns)[:300]}); write to another file, move it "
                          "away, or pass --no-merge")
     return old

@@ -298,6 +298,30 @@ def test_chapter_3s_student_edition_hands_out_a_written_answer_cell(tmp_path):
         "wr-majority-scale": "The scale sets the logits' size.\n\nA run at fixed scale."}
 
 
+P_BUT_LARGE = '''
+def centering_matrix(d):
+    if d > 80:     # right on every size but the teacher-only 100
+        return torch.eye(d, dtype=torch.float64)
+    return torch.eye(d, dtype=torch.float64) - 1.0 / d
+'''
+
+
+def test_partial_credit_counts_the_teacher_only_inputs(tmp_path):
+    """With --hidden the share counts the teacher-only inputs, and a failure there says
+    it was one (the notebook's own check does not run it)."""
+    from lncourse.grading.grade import grade
+    nb = tmp_path / "a.ipynb"
+    nbformat.write(with_function(editions(CH.stem)["student"], P, P_BUT_LARGE), nb)
+    path = _files(tmp_path, "[exercises]\n\"1.2\" = { points = 8, partial = true }\n")
+    ch, (g,) = grade([nb], assignment=load(path), hidden=True, hidden_key="k",
+                     timeout=30.0)
+    o = g.outcomes[P]
+    assert (o.passed, o.score, g.points(ch)) == (False, 7 / 8, 7)
+    assert o.message.startswith("(on a teacher-only input, which the notebook's own "
+                                "check does not run) centering_matrix:")
+    assert "1 of 8 inputs failed; partial credit for the 7 passed" in o.message
+
+
 # ------------------------------------------------------------------- bad input
 def _files(tmp_path, assignment, teacher=TEACHER_FILE):
     (tmp_path / "teacher").mkdir(exist_ok=True)
