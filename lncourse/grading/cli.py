@@ -274,6 +274,12 @@ def _assignment(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             if args.chapter is not None and find_chapter(args.chapter).number != number:
                 p.error(f"--chapter {args.chapter} and the assignment's chapter = "
                         f"{spec.chapter} differ")
+        known = spec.chapter if spec.chapter is not None else args.chapter
+        if known is not None:            # its exercises, checked against the chapter's
+            try:
+                spec.apply(find_chapter(known))
+            except AssignmentError as err:
+                p.error(f"--assignment: {err}")
         if spec.written and not getattr(args, "written", None):
             p.error(f"--assignment {args.assignment} declares written answers: pass "
                     "--written FILE (the sheet you mark them in)")

@@ -381,6 +381,11 @@ def test_the_command_line_refuses_a_bad_assignment_before_grading(tmp_path, caps
     err = capsys.readouterr().err
     assert "--assignment:" in err and "points must be a number >= 0, not -2" in err
     assert "Traceback" not in err and not (tmp_path / "g.csv").exists()
+    unknown = _files(tmp_path, "chapter = 1\n[exercises]\n\"1.9\" = 2\n")
+    with pytest.raises(SystemExit):
+        main([str(nb), "--out", str(tmp_path / "g.csv"), "--assignment", str(unknown)])
+    assert "--assignment: " in (err := capsys.readouterr().err)
+    assert "[exercises] \"1.9\": chapter 1 has no such exercise" in err
     written = _files(tmp_path, "[written.wr-a]\npoints = 2\n")
     with pytest.raises(SystemExit):
         main([str(nb), "--out", str(tmp_path / "g.csv"), "--assignment", str(written)])
