@@ -136,7 +136,7 @@ _REGISTRY: list[Spec] | None = None
 def exercise(function: str, *, params: Sequence[str], cases: Sequence,
              reference: Callable | None = None, property: Callable | None = None,
              mistakes: Sequence[tuple[str, Callable]] = (), title: str = "",
-             passed: str = "matches the reference") -> Spec:
+             passed: str | None = None) -> Spec:
     """Declare one exercise (see the module's docstring); checked as it is declared."""
     if not (isinstance(function, str) and function.isidentifier()):
         raise TeacherError(f"exercise({function!r}): the function's name must be a "
@@ -165,6 +165,8 @@ def exercise(function: str, *, params: Sequence[str], cases: Sequence,
                 and m[0].strip() and callable(m[1])):
             raise TeacherError(f"exercise({function!r}): mistake {k} must be a pair "
                                "(\"message\", wrong_function)")
+    passed = passed or ("matches the reference" if reference is not None
+                        else "has the property asked")
     spec = Spec(function, params, cases, reference, property, mistakes, title, passed)
     if _REGISTRY is not None:
         _REGISTRY.append(spec)

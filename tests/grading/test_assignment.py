@@ -322,6 +322,34 @@ def test_partial_credit_counts_the_teacher_only_inputs(tmp_path):
     assert "1 of 8 inputs failed; partial credit for the 7 passed" in o.message
 
 
+def test_a_teacher_exercise_by_reference_or_by_property(tmp_path, capsys):
+    """The teacher's check, called in-process as the checker calls it: a reference
+    without named mistakes, and a property instead of a reference."""
+    import torch
+    from lncourse.grading import teacher
+    (tmp_path / "ex.py").write_text(
+        "import torch\n"
+        "from lncourse.grading.teacher import case, exercise\n"
+        "exercise('unit_rows', params=('x',), cases=[case(torch.ones(2, 3)),\n"
+        "         case(torch.arange(6.0).reshape(3, 2) + 1)],\n"
+        "         property=lambda y, x: None if torch.allclose(y.norm(dim=-1),\n"
+        "             torch.ones(len(x))) else 'a row is not of length 1')\n"
+        "exercise('double', params=('x',), cases=[case(torch.arange(3.0))],\n"
+        "         reference=lambda x: 2 * x)\n")
+    unit = teacher.load(tmp_path / "ex.py", "unit_rows")
+    unit.check(lambda x: x / x.norm(dim=-1, keepdim=True))
+    assert capsys.readouterr().out == ("check_unit_rows passed: has the property asked on 2 "
+                                         "inputs\n")
+    with pytest.raises(AssertionError, match=r"^unit_rows: a row is not of length 1 \(on "
+                                             r"the teacher's input 1 of 2\)$"):
+        unit.check(lambda x: x)
+    double = teacher.load(tmp_path / "ex.py", "double")
+    with pytest.raises(AssertionError, match=r"^double: your output differs from the "
+                                             r"reference \(on the teacher's input 1 of 1\)$"):
+        double.check(lambda x: x + 1)
+    assert double.check(lambda x: x + 1, hidden=True) is None   # no input of its own
+
+
 # ------------------------------------------------------------------- bad input
 def _files(tmp_path, assignment, teacher=TEACHER_FILE):
     (tmp_path / "teacher").mkdir(exist_ok=True)
