@@ -19,6 +19,8 @@ The file is Python the teacher writes; it calls ``exercise`` once per exercise::
 ``property`` judges an answer instead (``property(answer, *args, **kwargs)`` returns
 None or True when it holds, else a message saying what is wrong). ``mistakes``: wrong
 implementations and the message that names each, tried when an answer fails.
+``forbidden``: calls the exercise forbids, dotted name -> the reason shown
+(``{"torch.softmax": "write softmax from exp and sum"}``; see ``lncourse.guard``).
 
 Where it runs. The file is read by the grader (``load``, in the teacher's process,
 before any submission is read) and its check runs in the checker process, exactly as a
@@ -61,6 +63,7 @@ class Spec:
     title: str = ""
     passed: str = "matches the reference"
     file: str = ""
+    forbidden: dict = field(default_factory=dict)   # dotted name -> why (lncourse.guard)
 
     def check(self, fn: Callable, hidden: bool = False) -> None:
         """The check, as ``lncourse.checks.check_<function>``: prints one line when every
@@ -83,7 +86,8 @@ class Spec:
                 got, args_after, kwargs_after = call_learner(
                     fn, tuple(map(_core._clone, args)),
                     {a: _core._clone(v) for a, v in kwargs.items()}, name=name,
-                    where=where, seconds=max(deadline - _core.time.monotonic(), 1e-3),
+                    where=where, forbidden=self.forbidden,
+                    seconds=max(deadline - _core.time.monotonic(), 1e-3),
                     limit=_core.SECONDS)
                 if not (_core._same_inputs(args_after, args)
                         and _core._same_inputs(kwargs_after, kwargs)):
@@ -136,7 +140,7 @@ _REGISTRY: list[Spec] | None = None
 def exercise(function: str, *, params: Sequence[str], cases: Sequence,
              reference: Callable | None = None, property: Callable | None = None,
              mistakes: Sequence[tuple[str, Callable]] = (), title: str = "",
-             passed: str | None = None) -> Spec:
+             passed: str | None = None, forbidden: dict[str, str] | None = None) -> Spec:
     """Declare one exercise (see the module's docstring); checked as it is declared."""
     if not (isinstance(function, str) and function.isidentifier()):
         raise TeacherError(f"exercise({function!r}): the function's name must be a "
@@ -167,7 +171,12 @@ def exercise(function: str, *, params: Sequence[str], cases: Sequence,
                                "(\"message\", wrong_function)")
     passed = passed or ("matches the reference" if reference is not None
                         else "has the property asked")
-    spec = Spec(function, params, cases, reference, property, mistakes, title, passed)
+    forbidden = dict(forbidden or {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in forbidden.items()):
+        raise TeacherError(f"exercise({function!r}): forbidden maps dotted names to the "
+                           "reason shown, {\"torch.softmax\": \"write softmax yourself\"}")
+    spec = Spec(function, params, cases, reference, property, mistakes, title, passed,
+                forbidden=forbidden)
     if _REGISTRY is not None:
         _REGISTRY.append(spec)
     return spec

@@ -335,7 +335,8 @@ def test_a_teacher_exercise_by_reference_or_by_property(tmp_path, capsys):
         "         property=lambda y, x: None if torch.allclose(y.norm(dim=-1),\n"
         "             torch.ones(len(x))) else 'a row is not of length 1')\n"
         "exercise('double', params=('x',), cases=[case(torch.arange(3.0))],\n"
-        "         reference=lambda x: 2 * x)\n")
+        "         reference=lambda x: 2 * x,\n"
+        "         forbidden={'torch.mul': 'add x to itself instead'})\n")
     unit = teacher.load(tmp_path / "ex.py", "unit_rows")
     unit.check(lambda x: x / x.norm(dim=-1, keepdim=True))
     assert capsys.readouterr().out == ("check_unit_rows passed: has the property asked on 2 "
@@ -348,6 +349,8 @@ def test_a_teacher_exercise_by_reference_or_by_property(tmp_path, capsys):
                                              r"reference \(on the teacher's input 1 of 1\)$"):
         double.check(lambda x: x + 1)
     assert double.check(lambda x: x + 1, hidden=True) is None   # no input of its own
+    with pytest.raises(AssertionError, match="add x to itself instead"):
+        double.check(lambda x: torch.mul(x, 2))
 
 
 # ------------------------------------------------------------------- bad input
