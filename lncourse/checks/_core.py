@@ -222,7 +222,8 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
               passed: str = "matches the reference", mistakes: Sequence[Mistake] = (),
               forbidden: dict[str, str] | None = None, dtype: torch.dtype = torch.float64,
               smooth: bool = True, slack: Callable[[float], float] | None = None,
-              seconds: float | None = None, outputs: Sequence[str] = ()) -> None:
+              seconds: float | None = None, outputs: Sequence[str] = (),
+              inputs: str | None = None) -> None:
     """Judge ``fn`` (the learner's ``name``) on every case; name the mistake when it fails.
 
     Exactly one of ``reference`` (compared in float64, within a tolerance set by the
@@ -231,6 +232,9 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     dotted names of calls the exercise forbids to the reason shown if one is made;
     ``seconds`` (default ``SECONDS``) limits the time of all calls together.
     ``outputs`` names the outputs of a function that returns a tuple, for the messages.
+    ``inputs`` (a teacher's exercise: "the teacher's input") names a failing case by its
+    number only, "the teacher's input 2 of 5", and leaves the differences out, so that
+    neither the inputs nor the reference's outputs reach the learner.
     Prints one line when every case passes (two where one would not fit the book's
     column); raises ``AssertionError`` otherwise (and lets the ``NotImplementedError``
     of an unfinished stub through).
@@ -242,16 +246,17 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     deadline = time.monotonic() + limit
     worst = 0.0
     failed = False
-    for args, kwargs in cases:
+    for k, (args, kwargs) in enumerate(cases, 1):
+        label = f"{inputs} {k} of {len(cases)}" if inputs else None
         if TALLY is None:
             worst = max(worst, _judge_case(fn, name, args, kwargs, reference, judge,
                                            mistakes, forbidden, dtype, smooth, slack,
-                                           outputs, deadline, limit))
+                                           outputs, deadline, limit, label))
             continue
         try:
             worst = max(worst, _judge_case(fn, name, args, kwargs, reference, judge,
                                            mistakes, forbidden, dtype, smooth, slack,
-                                           outputs, deadline, limit))
+                                           outputs, deadline, limit, label))
             TALLY.append((True, ""))
         except AssertionError as err:
             TALLY.append((False, str(err)))
@@ -269,9 +274,10 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
 
 
 def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, dtype,
-                smooth, slack, outputs, deadline, limit) -> float:
-    """One case of ``run_check``: its difference if it passes; AssertionError if not."""
-    where = describe_case(args, kwargs)
+                smooth, slack, outputs, deadline, limit, label=None) -> float:
+    """One case of ``run_check``: its difference if it passes; AssertionError if not.
+    ``label``: the case's name where its values are not to be shown."""
+    where = label or describe_case(args, kwargs)
     precision = precision_of(args, kwargs, dtype)
     args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
     if reference is not None:
@@ -308,6 +314,13 @@ def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, d
     if ok:
         return diff
     mistake = _named_mistake(got, mistakes, args64, kwargs64, precision, smooth)
+    if label:       # no value of the input's or of the reference's output
+        if mistake:
+            raise AssertionError(f"{name}: {mistake} (on {label})")
+        if reference is not None and math.isfinite(diff):
+            raise AssertionError(f"{name}: your output differs from the reference "
+                                 f"(on {label})")
+        raise AssertionError(f"{name}: {why} (on {label})")
     if mistake:
         raise AssertionError(f"{name}: {mistake} (on input ({where}): {why})")
     if reference is not None and math.isfinite(diff):

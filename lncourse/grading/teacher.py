@@ -33,6 +33,10 @@ outputs are never in a student's feedback.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
+import math
 import runpy
 import traceback
 from collections.abc import Callable, Sequence
@@ -66,72 +70,25 @@ class Spec:
     forbidden: dict = field(default_factory=dict)   # dotted name -> why (lncourse.guard)
 
     def check(self, fn: Callable, hidden: bool = False) -> None:
-        """The check, as ``lncourse.checks.check_<function>``: prints one line when every
-        input passes, raises AssertionError naming the first failure otherwise (with
-        partial credit, records every input in ``_core.TALLY``). Every input is the
-        teacher's, so ``hidden=True`` adds none."""
+        """The check, as ``lncourse.checks.check_<function>``: ``run_check`` on the
+        teacher's inputs, each named by its number only. Every input is the teacher's,
+        so ``hidden=True`` adds none."""
         if hidden:
             return
-        from lncourse.checks import _core
-        from lncourse.checks._core import assert_signature
-        from lncourse.guard import call_learner
+        from lncourse.checks import run_check
+        run_check(fn, self.function, list(self.params), list(self.cases),
+                  reference=self.reference,
+                  judge=self._property if self.property is not None else None,
+                  passed=self.passed, mistakes=self.mistakes,
+                  forbidden=self.forbidden or None, inputs="the teacher's input")
 
-        name, n = self.function, len(self.cases)
-        assert_signature(fn, self.params, name, self.cases)
-        deadline = _core.time.monotonic() + _core.SECONDS
-        failed = False
-        for k, (args, kwargs) in enumerate(self.cases, 1):
-            where = f"the teacher's input {k} of {n}"
-            try:
-                got, args_after, kwargs_after = call_learner(
-                    fn, tuple(map(_core._clone, args)),
-                    {a: _core._clone(v) for a, v in kwargs.items()}, name=name,
-                    where=where, forbidden=self.forbidden,
-                    seconds=max(deadline - _core.time.monotonic(), 1e-3),
-                    limit=_core.SECONDS)
-                if not (_core._same_inputs(args_after, args)
-                        and _core._same_inputs(kwargs_after, kwargs)):
-                    raise AssertionError(f"{name}: your function modified its input in "
-                                         f"place ({where}); compute a new value instead")
-                problem = self._judge(got, args, kwargs)
-                if problem:
-                    raise AssertionError(f"{name}: {problem} (on {where})")
-            except AssertionError as err:
-                if _core.TALLY is None:
-                    raise
-                _core.TALLY.append((False, str(err)))
-                failed = True
-            else:
-                if _core.TALLY is not None:
-                    _core.TALLY.append((True, ""))
-        if not failed:
-            print(f"check_{name} passed: {self.passed} on {n} inputs")
-
-    def _judge(self, got, args, kwargs) -> str | None:
-        """None if ``got`` is right on this input, else what is wrong (never the input's
-        or the reference's values)."""
-        from lncourse.checks import _core
-        from lncourse.checks._compare import compare, precision_of, tolerance, upcast
-
-        if self.property is not None:
-            verdict = self.property(got, *args, **kwargs)
-            if verdict is None or verdict is True:
-                return None
-            return str(verdict) if isinstance(verdict, str) else "the property does not hold"
-        precision = precision_of(args, kwargs, _core.torch.float64)
-        args64 = upcast(args)
-        kwargs64 = {a: upcast(v) for a, v in kwargs.items()}
-        expected = self.reference(*map(_core._clone, args64),
-                                  **{a: _core._clone(v) for a, v in kwargs64.items()})
-        tol = tolerance(self.reference, args64, kwargs64, expected,
-                        _core.fair_precision(args, kwargs, precision), True, None)
-        ok, diff, _ = compare(got, expected, tol, precision)
-        if ok and _core.non_finite(got) and not _core.non_finite(expected):
-            ok = False
-        if ok:
-            return None
-        mistake = _core._named_mistake(got, self.mistakes, args64, kwargs64, precision, True)
-        return mistake or "your output differs from the reference"
+    def _property(self, got, args: tuple, kwargs: dict, precision) -> tuple[bool, float, str]:
+        """``property`` as ``run_check``'s judge: (holds, 0, what is wrong)."""
+        verdict = self.property(got, *args, **kwargs)
+        if verdict is None or verdict is True:
+            return True, 0.0, ""
+        return False, math.inf, (verdict if isinstance(verdict, str)
+                                 else "the property does not hold")
 
 
 _REGISTRY: list[Spec] | None = None
@@ -182,35 +139,39 @@ def exercise(function: str, *, params: Sequence[str], cases: Sequence,
     return spec
 
 
+def _finite(value) -> bool:
+    import torch
+    if isinstance(value, torch.Tensor):
+        return not value.is_floating_point() or bool(torch.isfinite(value).all())
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (tuple, list)):
+        return all(_finite(v) for v in value)
+    return True
+
+
 def _validate(spec: Spec) -> None:
     """The reference runs on every input, to finite values; each named mistake fails on
     at least one of them (else it could never be named)."""
-    from lncourse.checks import _core
-
-    for k, (args, kwargs) in enumerate(spec.cases, 1):
-        try:
-            answer = (spec.reference or (lambda *a, **kw: None))(
-                *map(_core._clone, args), **{a: _core._clone(v) for a, v in kwargs.items()})
-            if spec.reference is not None and _core.non_finite(answer):
-                raise TeacherError(f"the reference returns NaN or inf on input {k}")
-        except TeacherError:
-            raise
-        except Exception as err:  # noqa: BLE001 (the teacher's code, reported)
-            raise TeacherError(f"the reference raised {type(err).__name__} on input {k}: "
-                               f"{err}") from None
-    for message, wrong in spec.mistakes:
-        caught = False
-        for args, kwargs in spec.cases:
+    if spec.reference is not None:
+        for k, (args, kwargs) in enumerate(spec.cases, 1):
             try:
-                problem = spec._judge(wrong(*map(_core._clone, args),
-                                            **{a: _core._clone(v) for a, v in kwargs.items()}),
-                                      args, kwargs)
-            except Exception:  # noqa: BLE001 (a mistake that does not apply here)
-                continue
-            caught = caught or problem is not None
-        if not caught:
-            raise TeacherError(f"the mistake {message[:60]!r} passes every input: add an "
-                               "input on which it differs from the reference")
+                answer = spec.reference(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            except Exception as err:  # noqa: BLE001 (the teacher's code, reported)
+                raise TeacherError(f"the reference raised {type(err).__name__} on input "
+                                   f"{k}: {err}") from None
+            if not _finite(answer):
+                raise TeacherError(f"the reference returns NaN or inf on input {k}")
+    from lncourse import checks
+    for message, wrong in spec.mistakes:
+        checks.configure(tally=None)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                spec.check(wrong)
+        except Exception:  # noqa: BLE001 (it failed an input: it can be named)
+            continue
+        raise TeacherError(f"the mistake {message[:60]!r} passes every input: add an "
+                           "input on which it differs from the reference")
 
 
 def load(path: str | Path, function: str) -> Spec:
