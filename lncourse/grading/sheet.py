@@ -139,8 +139,8 @@ def _read_sheet(ch, path: Path) -> list[dict]:
     labels = [e.label for e in ch.exercises]
     if not columns and not old:
         return []
-    fixed = set(header(ch)) - set(labels)
-    known = [c for c in columns if c not in fixed]
+    known = [c for c in columns if c.startswith(("ex-", "wr-"))]   # a teacher's own
+    #                                       columns (a note beside the grades) stay theirs
     if known != labels or "student_id" not in columns or "submission" not in columns:
         raise SystemExit(f"{path} is not a grade sheet of chapter {ch.number} (another "
                          f"chapter's, one graded by another assignment file, or no grade "

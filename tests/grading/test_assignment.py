@@ -326,7 +326,7 @@ def test_a_teacher_exercise_by_reference_or_by_property(tmp_path, capsys):
     """The teacher's check, called in-process as the checker calls it: a reference
     without named mistakes, and a property instead of a reference."""
     import torch
-    from lncourse.grading import teacher
+    from lncourse.grading import teacher  # noqa: F401 (torch: the forbidden call below)
     (tmp_path / "ex.py").write_text(
         "import torch\n"
         "from lncourse.grading.teacher import case, exercise\n"
@@ -351,6 +351,23 @@ def test_a_teacher_exercise_by_reference_or_by_property(tmp_path, capsys):
     assert double.check(lambda x: x + 1, hidden=True) is None   # no input of its own
     with pytest.raises(AssertionError, match="add x to itself instead"):
         double.check(lambda x: torch.mul(x, 2))
+
+
+def test_a_sheet_of_another_assignment_is_not_merged_into(tmp_path, monkeypatch, capsys):
+    """A regrade merges into the sheet only if its columns are this assignment's."""
+    from lncourse.grading import grade as grade_module
+    from lncourse.grading.grade import Outcome
+    monkeypatch.setattr(grade_module, "run_jobs", lambda jobs, workers, template=True: [
+        [Outcome(True, "stand-in") for _ in job.programs] for job in jobs])
+    nb = tmp_path / "a.ipynb"
+    nbformat.write(editions(CH.stem)["student"], nb)
+    first = _files(tmp_path, "[exercises]\n\"1.2\" = 1\n")
+    main([str(nb), "--out", str(tmp_path / "g.csv"), "--assignment", str(first)])
+    (tmp_path / "b").mkdir()
+    again = _files(tmp_path / "b", "[exercises]\n\"1.4\" = 1\n")
+    with pytest.raises(SystemExit, match="graded by another assignment file"):
+        main([str(nb), "--out", str(tmp_path / "g.csv"), "--assignment", str(again)])
+    assert table(tmp_path / "g.csv")[0][P] == "1"
 
 
 # ------------------------------------------------------------------- bad input
