@@ -48,17 +48,24 @@ HIDDEN_KEY: str | None = None   # the grader's secret for teacher-only inputs (-
 # grader, where it scores 0)
 UNFINISHED = "report"
 
+# partial credit (the grader's assignment file, ``partial = true``): while a list, every
+# case is judged and recorded here as (passed, message) instead of the first failure
+# raising; the grader scores the share of cases passed (lncourse.grading.checker)
+TALLY: list[tuple[bool, str]] | None = None
+
 
 _UNSET = object()
 
 
 def configure(seconds: float | object = _UNSET, hidden_key: str | None | object = _UNSET,
-              unfinished: str | object = _UNSET) -> None:
+              unfinished: str | object = _UNSET,
+              tally: list | None | object = _UNSET) -> None:
     """Set the checks' time limit (``SECONDS``), the grader's secret for teacher-only
-    inputs (``HIDDEN_KEY``; None: none) and what a stub does (``UNFINISHED``: "report"
-    or "raise"); an argument left out is left as it is. The grader calls this in each
-    checker process."""
-    global SECONDS, HIDDEN_KEY, UNFINISHED
+    inputs (``HIDDEN_KEY``; None: none), what a stub does (``UNFINISHED``: "report" or
+    "raise") and the list that records every case for partial credit (``TALLY``; None:
+    the first failure raises); an argument left out is left as it is. The grader calls
+    this in each checker process."""
+    global SECONDS, HIDDEN_KEY, UNFINISHED, TALLY
     if seconds is not _UNSET:
         SECONDS = float(seconds)
     if hidden_key is not _UNSET:
@@ -67,6 +74,8 @@ def configure(seconds: float | object = _UNSET, hidden_key: str | None | object 
         if unfinished not in ("report", "raise"):
             raise ValueError(f"unfinished: 'report' or 'raise', not {unfinished!r}")
         UNFINISHED = unfinished
+    if tally is not _UNSET:
+        TALLY = tally
 
 
 class CheckFailure(AssertionError):
@@ -256,7 +265,8 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
               passed: str = "matches the reference", mistakes: Sequence[Mistake] = (),
               forbidden: dict[str, str] | None = None, dtype: torch.dtype = torch.float64,
               smooth: bool = True, slack: Callable[[float], float] | None = None,
-              seconds: float | None = None, outputs: Sequence[str] = ()) -> None:
+              seconds: float | None = None, outputs: Sequence[str] = (),
+              inputs: str | None = None) -> None:
     """Judge ``fn`` (the learner's ``name``) on every case; name the mistake when it fails.
 
     Exactly one of ``reference`` (compared in float64, within a tolerance set by the
@@ -265,6 +275,9 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     dotted names of calls the exercise forbids to the reason shown if one is made;
     ``seconds`` (default ``SECONDS``) limits the time of all calls together.
     ``outputs`` names the outputs of a function that returns a tuple, for the messages.
+    ``inputs`` (a teacher's exercise: "the teacher's input") names a failing case by its
+    number only, "the teacher's input 2 of 5", and leaves the differences out, so that
+    neither the inputs nor the reference's outputs reach the learner.
     Prints one line when every case passes (two where one would not fit the book's
     column); raises ``CheckFailure`` (an ``AssertionError``) otherwise. An unfinished
     stub (its ``NotImplementedError``) prints "not done yet" and returns, or, where the
@@ -273,7 +286,8 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
     try:
         _run_check(fn, name, params, cases, reference=reference, judge=judge,
                    passed=passed, mistakes=mistakes, forbidden=forbidden, dtype=dtype,
-                   smooth=smooth, slack=slack, seconds=seconds, outputs=outputs)
+                   smooth=smooth, slack=slack, seconds=seconds, outputs=outputs,
+                   inputs=inputs)
     except NotImplementedError:
         if UNFINISHED == "raise":
             raise
@@ -294,58 +308,31 @@ def _run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[C
                reference: Callable | None, judge: Judge | None, passed: str,
                mistakes: Sequence[Mistake], forbidden: dict[str, str] | None,
                dtype: torch.dtype, smooth: bool, slack: Callable[[float], float] | None,
-               seconds: float | None, outputs: Sequence[str]) -> None:
+               seconds: float | None, outputs: Sequence[str], inputs: str | None) -> None:
     if (reference is None) == (judge is None):
         raise ValueError("give exactly one of reference and judge")
     assert_signature(fn, params, name, cases)
     limit = SECONDS if seconds is None else seconds
     deadline = time.monotonic() + limit
     worst = 0.0
-    for args, kwargs in cases:
-        where = describe_case(args, kwargs)
-        precision = precision_of(args, kwargs, dtype)
-        args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
-        if reference is not None:
-            expected = reference(*map(_clone, args64), **{k: _clone(v) for k, v in kwargs64.items()})
-            tol = tolerance(reference, args64, kwargs64, expected,
-                            fair_precision(args, kwargs, precision), smooth, slack)
-        got, args_after, kwargs_after = call_learner(
-            fn, tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()},
-            name=name, where=where, forbidden=forbidden,
-            seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
-        if not _same_inputs(args_after, args) or not _same_inputs(kwargs_after, kwargs):
-            raise AssertionError(f"{name}: your function modified its input in place; "
-                                 "compute a new tensor instead (for example x - m, "
-                                 "not x -= m)")
-        if reference is not None:
-            ok, diff, why = compare(got, expected, tol, precision, outputs,
-                                    _float32_in((args, kwargs, got)))
-            hinted = (compare(got, expected, tol, precision, outputs, True)[2]
-                      if not ok and math.isfinite(diff) else why)
-            if hinted != why:
-                # a float32 tensor made inside the function? Run it again, watched
-                seen: set = set()
-                with contextlib.suppress(Exception):
-                    call_learner(fn, tuple(map(_clone, args)),
-                                 {k: _clone(v) for k, v in kwargs.items()}, name=name,
-                                 where=where, forbidden=forbidden, seen=seen,
-                                 seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
-                if torch.float32 in seen:
-                    why = hinted
-        else:
-            ok, diff, why = judge(got, args64, kwargs64, precision)
-        if ok and non_finite(got) and (reference is None or not non_finite(expected)):
-            ok, diff, why = False, math.inf, "your answer contains NaN or inf"
-        if ok:
-            worst = max(worst, diff)
+    failed = False
+    for k, (args, kwargs) in enumerate(cases, 1):
+        label = f"{inputs} {k} of {len(cases)}" if inputs else None
+        if TALLY is None:
+            worst = max(worst, _judge_case(fn, name, args, kwargs, reference, judge,
+                                           mistakes, forbidden, dtype, smooth, slack,
+                                           outputs, deadline, limit, label))
             continue
-        mistake = _named_mistake(got, mistakes, args64, kwargs64, precision, smooth)
-        if mistake:
-            raise AssertionError(f"{name}: {mistake} (on input ({where}): {why})")
-        if reference is not None and math.isfinite(diff):
-            raise AssertionError(f"{name}: your output differs from the reference on input "
-                                 f"({where}): {why}")
-        raise AssertionError(f"{name}: {why} (on input ({where}))")
+        try:
+            worst = max(worst, _judge_case(fn, name, args, kwargs, reference, judge,
+                                           mistakes, forbidden, dtype, smooth, slack,
+                                           outputs, deadline, limit, label))
+            TALLY.append((True, ""))
+        except AssertionError as err:
+            TALLY.append((False, str(err)))
+            failed = True
+    if failed:      # partial credit: the grader reads TALLY; no "passed" line
+        return
     line = f"check_{name} passed: {passed} on {len(cases)} inputs"
     detail = f"largest difference {worst:.2e}" if reference is not None else ""
     if detail and len(line) + 2 + len(detail) <= COLUMN_CHARS:   # the book's column
@@ -354,3 +341,59 @@ def _run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[C
         print(textwrap.fill(line + ("," if detail else ""), COLUMN_CHARS,
                             subsequent_indent="  ", break_on_hyphens=False)
               + (f"\n  {detail}" if detail else ""))
+
+
+def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, dtype,
+                smooth, slack, outputs, deadline, limit, label=None) -> float:
+    """One case of ``run_check``: its difference if it passes; AssertionError if not.
+    ``label``: the case's name where its values are not to be shown."""
+    where = label or describe_case(args, kwargs)
+    precision = precision_of(args, kwargs, dtype)
+    args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
+    if reference is not None:
+        expected = reference(*map(_clone, args64), **{k: _clone(v) for k, v in kwargs64.items()})
+        tol = tolerance(reference, args64, kwargs64, expected,
+                        fair_precision(args, kwargs, precision), smooth, slack)
+    got, args_after, kwargs_after = call_learner(
+        fn, tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()},
+        name=name, where=where, forbidden=forbidden,
+        seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
+    if not _same_inputs(args_after, args) or not _same_inputs(kwargs_after, kwargs):
+        raise AssertionError(f"{name}: your function modified its input in place; "
+                             "compute a new tensor instead (for example x - m, "
+                             "not x -= m)")
+    if reference is not None:
+        ok, diff, why = compare(got, expected, tol, precision, outputs,
+                                _float32_in((args, kwargs, got)))
+        hinted = (compare(got, expected, tol, precision, outputs, True)[2]
+                  if not ok and math.isfinite(diff) else why)
+        if hinted != why:
+            # a float32 tensor made inside the function? Run it again, watched
+            seen: set = set()
+            with contextlib.suppress(Exception):
+                call_learner(fn, tuple(map(_clone, args)),
+                             {k: _clone(v) for k, v in kwargs.items()}, name=name,
+                             where=where, forbidden=forbidden, seen=seen,
+                             seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
+            if torch.float32 in seen:
+                why = hinted
+    else:
+        ok, diff, why = judge(got, args64, kwargs64, precision)
+    if ok and non_finite(got) and (reference is None or not non_finite(expected)):
+        ok, diff, why = False, math.inf, "your answer contains NaN or inf"
+    if ok:
+        return diff
+    mistake = _named_mistake(got, mistakes, args64, kwargs64, precision, smooth)
+    if label:       # no value of the input's or of the reference's output
+        if mistake:
+            raise AssertionError(f"{name}: {mistake} (on {label})")
+        if reference is not None and math.isfinite(diff):
+            raise AssertionError(f"{name}: your output differs from the reference "
+                                 f"(on {label})")
+        raise AssertionError(f"{name}: {why} (on {label})")
+    if mistake:
+        raise AssertionError(f"{name}: {mistake} (on input ({where}): {why})")
+    if reference is not None and math.isfinite(diff):
+        raise AssertionError(f"{name}: your output differs from the reference on input "
+                             f"({where}): {why}")
+    raise AssertionError(f"{name}: {why} (on input ({where}))")

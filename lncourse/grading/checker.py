@@ -31,6 +31,8 @@ class Outcome:
     passed: bool
     message: str                                   # the check's line, or why it failed
     notes: list[str] = field(default_factory=list)
+    score: float | None = None     # partial credit: the share of inputs passed (0 to 1)
+    pending: bool = False          # a written answer not yet marked
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
     # (a notebook's check prints "not done yet" and returns: here it must score 0)
     checks.configure(seconds=job.timeout, unfinished="raise")
     function = exercise.function
+    teacher = getattr(exercise, "teacher", None)   # a teacher's exercise (grading.teacher)
+    tally = [] if getattr(exercise, "partial", False) else None
+    checks.configure(tally=tally)                  # partial credit: every input recorded
     notes: list[str] = []
     outcome, kept, total = None, "", 0
     sandbox = None
@@ -73,9 +78,15 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
         info = sandbox.start()
         notes += [f"running the code `{function}` needs raised {p}" for p in sandbox.problems]
         if info.get("kind") == "function":
-            printed, check = io.StringIO(), getattr(checks, exercise.check)
+            printed = io.StringIO()
+            check = teacher.check if teacher is not None else getattr(checks, exercise.check)
             with contextlib.redirect_stdout(printed):
                 check(sandbox.function(info), hidden=False)
+                # partial credit: the hidden pass runs every input again, the visible
+                # ones and the teacher-only ones, and its tally is the one counted
+                visible = list(tally) if tally is not None else []
+                if job.hidden and tally is not None:
+                    tally.clear()
                 if job.hidden:     # visible inputs passed: a failure now is a hidden input's
                     try:
                         # the random inputs drawn from a secret
@@ -89,7 +100,20 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
             problem = sandbox.audit()     # the rules, read where no patch of theirs reaches
             if problem:
                 raise AssertionError(f"{function}: {problem}")
-            outcome = Outcome(True, printed.getvalue().strip().splitlines()[-1][:1000])
+            hidden_counted = job.hidden and bool(tally)
+            if tally is not None and not tally:   # a hidden pass that adds no input
+                tally.extend(visible)             # (a teacher's exercise)
+            failed = [m for ok, m in tally or () if not ok]
+            if failed:                    # partial credit: the share of inputs passed
+                right = len(tally) - len(failed)
+                first = next((m for ok, m in visible if not ok), None) or (
+                    f"(on a teacher-only input, which the notebook's own check does not "
+                    f"run) {failed[0]}" if hidden_counted else failed[0])
+                outcome = Outcome(False, f"{first} ({len(failed)} of {len(tally)} "
+                                         f"inputs failed; partial credit for the "
+                                         f"{right} passed)"[:4000], score=right / len(tally))
+            else:
+                outcome = Outcome(True, printed.getvalue().strip().splitlines()[-1][:1000])
         elif info.get("kind") == "not callable":
             outcome = Outcome(False, f"`{function}` is a {info.get('type')}, not a function")
         elif info.get("kind") == "builtin":
@@ -107,6 +131,7 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
         outcome = Outcome(False, f"the grader could not check this exercise "
                                  f"({type(err).__name__}: {str(err)[:500]})")
     finally:
+        checks.configure(tally=None)
         if sandbox is not None:
             kept, total = sandbox.printed()
             sandbox.close()
@@ -140,7 +165,8 @@ def _checker(job: Job, fd: int, template=None) -> None:
         for k, (program, exercise) in enumerate(job.programs):
             o = _grade_exercise(program, exercise, job, learner)
             write_frame(fd, pack({"k": k, "passed": bool(o.passed), "message": o.message,
-                                  "notes": [str(n) for n in o.notes]}))
+                                  "notes": [str(n) for n in o.notes],
+                                  "score": None if o.score is None else float(o.score)}))
     finally:
         learner.kill()
         kill_descendants(os.getpid())
@@ -151,7 +177,10 @@ def _outcome(header: dict) -> Outcome:
     if not (isinstance(header.get("passed"), bool) and isinstance(header.get("message"), str)
             and isinstance(notes, list) and all(isinstance(n, str) for n in notes)):
         return Outcome(False, "the grader's process for this exercise sent a malformed result")
-    return Outcome(header["passed"], header["message"], notes)
+    score = header.get("score")
+    if score is not None and not (type(score) is float and 0.0 <= score <= 1.0):
+        return Outcome(False, "the grader's process for this exercise sent a malformed result")
+    return Outcome(header["passed"], header["message"], notes, score)
 
 
 def run_jobs(jobs: list[Job], workers: int, template: bool = True) -> list[list[Outcome]]:

@@ -183,6 +183,13 @@ def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
                         "(lncourse.student_id) where nothing the teacher controls names it")
     p.add_argument("--no-merge", action="store_true",
                    help="overwrite the sheet instead of merging a regrade into it")
+    p.add_argument("--assignment", help="the assignment file (TOML): the exercises graded, "
+                                        "their points and partial credit, the teacher's "
+                                        "own exercises, the written answers "
+                                        "(lncourse.grading.assignment)")
+    p.add_argument("--written", help="the written answers' marks file (CSV): written with "
+                                     "the answers and an empty points column, read back "
+                                     "on the next run (lncourse.grading.written)")
     p.add_argument("--fresh-learners", action="store_true",
                    help="start each submission's learner process afresh instead of forking "
                         "it from a pre-started template (slower; for comparison)")
@@ -238,9 +245,60 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         args.roster_ids = read_roster(args.roster)
     if args.lms_item is not None and not args.lms_item.strip():
         p.error("--lms-item: give a name")
+    _assignment(p, args)
     missing = [s for s in args.submissions if not os.path.lexists(s)]
     if missing:
         p.error(f"no such file: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+
+
+def _assignment(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Read ``--assignment`` (and the teacher's files it names) and check ``--written``
+    before anything is graded; ``args.assignment_spec`` is the Assignment or None."""
+    from lncourse.grading.assignment import AssignmentError, load
+    from lncourse.grading.exercises import chapter as find_chapter
+    from lncourse.grading.written import WrittenError, read_marks
+
+    args.assignment_spec = None
+    if getattr(args, "assignment", None):
+        if not Path(args.assignment).is_file():
+            p.error(f"--assignment {args.assignment}: no such file")
+        try:
+            spec = load(args.assignment)
+        except AssignmentError as err:
+            p.error(f"--assignment: {err}")
+        if spec.chapter is not None:
+            try:
+                number = find_chapter(spec.chapter).number
+            except KeyError as err:
+                p.error(f"--assignment {args.assignment}: chapter: {err.args[0]}")
+            if args.chapter is not None and find_chapter(args.chapter).number != number:
+                p.error(f"--chapter {args.chapter} and the assignment's chapter = "
+                        f"{spec.chapter} differ")
+        known = spec.chapter if spec.chapter is not None else args.chapter
+        if known is not None:            # its exercises, checked against the chapter's
+            try:
+                spec.apply(find_chapter(known))
+            except AssignmentError as err:
+                p.error(f"--assignment: {err}")
+        if spec.written and not getattr(args, "written", None):
+            p.error(f"--assignment {args.assignment} declares written answers: pass "
+                    "--written FILE (the sheet you mark them in)")
+        if spec.title and args.lms_item is None:
+            args.lms_item = spec.title
+        args.assignment_spec = spec
+    if getattr(args, "written", None):
+        if args.assignment_spec is None or not args.assignment_spec.written:
+            p.error("--written: the assignment file (--assignment) declares no written "
+                    "answers ([written.wr-NAME])")
+        _folder_of(p, "--written", args.written)
+        if Path(args.written).resolve() in {Path(args.out).resolve(),
+                                             *([Path(args.lms).resolve()] if args.lms else [])}:
+            p.error("--written names the same file as --out or --lms")
+        try:
+            read_marks(args.written, {k: float(v["points"]) for k, v
+                                      in args.assignment_spec.written.items()})
+        except WrittenError as err:
+            p.error(f"--written: {err}")
 
 
 def before_grading(args: argparse.Namespace):

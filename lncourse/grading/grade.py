@@ -2,6 +2,7 @@
 
     python -m lncourse.grading.grade SUBMISSION.ipynb [...] --out grades.csv [--feedback DIR]
                              [--timeout SECONDS] [--hidden --hidden-key KEY] [--chapter N]
+                             [--assignment FILE.toml [--written MARKS.csv]]
 
 Writes one row per submission to the CSV (``student_id``, ``submission``, one column per
 exercise label holding its points if passed and 0 otherwise, ``total``, ``max_points``,
@@ -18,7 +19,10 @@ load) and a memory cap, and answers the check's calls
 as plain data (``lncourse.grading.sandbox``); the check itself runs in another fresh process, so
 nothing the learner's code does (redefining or monkeypatching a check, printing
 "passed") reaches it (``lncourse.grading.checker``: one such process per submission). ``--hidden`` adds the checks' teacher-only inputs, whose random
-values are drawn from a secret (``--hidden-key``).
+values are drawn from a secret (``--hidden-key``). ``--assignment`` grades by the
+teacher's assignment file (``lncourse.grading.assignment``): the exercises chosen, their
+points, partial credit, the teacher's own exercises (``lncourse.grading.teacher``) and
+written answers marked by hand in ``--written`` (``lncourse.grading.written``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import csv
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lncourse.grading.checker import Outcome, Job, run_jobs
@@ -61,8 +65,11 @@ class Graded:
     def total(self) -> int:
         return sum(o.passed for o in self.outcomes.values())
 
-    def points(self, ch: Chapter) -> int:
-        return sum(e.points for e in ch.exercises if self.outcomes[e.label].passed)
+    def points(self, ch: Chapter) -> int | float:
+        """The points earned (``assignment.earned``: partial credit, written marks)."""
+        from lncourse.grading.assignment import earned
+        total = sum(earned(e, self.outcomes[e.label]) or 0 for e in ch.exercises)
+        return round(total, 2) if isinstance(total, float) else total
 
 
 # ----------------------------------------------------------------------- the class
@@ -113,7 +120,8 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
           workers: int | None = None, roster: dict[str, str] | None = None,
           id_pattern: str | None = None, template: bool = True,
           id_from_metadata: bool = False, ready=None,
-          hidden_key: str | None = None) -> tuple[Chapter, list[Graded]]:
+          hidden_key: str | None = None, assignment=None,
+          written: str | Path | None = None) -> tuple[Chapter, list[Graded]]:
     """Grade the submissions; returns the class's chapter and one ``Graded`` each.
 
     The student ID of a submission: see ``lncourse.grading.cli.student_ids`` (a roster,
@@ -123,7 +131,12 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
     Submissions whose graded code is the same (``submission.fingerprint``) and earns
     points are flagged. ``template=False``
     starts every learner's process afresh instead of forking it from a template (the
-    grader's path before the template; ``benchmarks/grading_speed.py`` compares them)."""
+    grader's path before the template; ``benchmarks/grading_speed.py`` compares them).
+
+    ``assignment`` (``lncourse.grading.assignment.Assignment``): the exercises graded,
+    their points and partial credit, the teacher's exercises and the written answers;
+    the chapter returned is the assignment's view of it. ``written``: the marks file of
+    the written answers (``lncourse.grading.written``), required when it declares any."""
     import math
     if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
         raise ValueError(f"timeout must be a finite number of seconds > 0, not {timeout!r}")
@@ -132,6 +145,8 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
     if hidden and not hidden_key:   # the command line asks the teacher for one
         import secrets
         hidden_key = secrets.token_hex(16)
+    if chapter is None and assignment is not None:
+        chapter = assignment.chapter
     submissions = [_read(p) for p in paths]
     from lncourse.grading.cli import student_ids, submission_name
     ids = student_ids(paths, submissions, roster, id_pattern, id_from_metadata)
@@ -142,8 +157,21 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
         raise SystemExit(str(err)) from None
     if ch is None:
         raise SystemExit("none of the submissions names a chapter; pass --chapter N")
+    course = ch
+    if assignment is not None:
+        from lncourse.grading.assignment import AssignmentError
+        try:
+            ch = assignment.apply(ch)
+        except AssignmentError as err:
+            raise SystemExit(str(err)) from None
+        if any(getattr(e, "written", False) for e in ch.exercises) and written is None:
+            raise SystemExit(f"{assignment.path} declares written answers: pass --written "
+                             "FILE (the sheet the teacher marks them in)")
+    runnable = replace(ch, exercises=tuple(e for e in ch.exercises
+                                           if not getattr(e, "written", False)))
     graded, jobs, where, prints = [], [], [], []
-    hide = tuple(sorted({str(Path(p).resolve().parent) for p in paths}))
+    hide = tuple(sorted({str(Path(p).resolve().parent) for p in paths}
+                        | set(assignment.private() if assignment is not None else ())))
     for path, sub in zip(paths, submissions):
         who = ids[str(path)]
         g = Graded(str(path), {}, list(sub.notes), who.id,
@@ -151,7 +179,7 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
                    + ([f"refused: {sub.refused}"] if sub.refused else []) + who.flags,
                    who.name, submission_name(path), who.source)
         graded.append(g)
-        if sub.chapter is None or sub.chapter.stem != ch.stem:
+        if sub.chapter is None or sub.chapter.stem != course.stem:
             if sub.chapter is not None:
                 g.notes.append(f"this notebook is chapter {sub.chapter.number}'s "
                                f"({sub.chapter.stem}), not chapter {ch.number}'s: not graded")
@@ -159,7 +187,7 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
                 g.outcomes[e.label] = Outcome(False, "not graded (see the notes)")
             continue
         programs = []
-        for e, (program, problem) in zip(ch.exercises, _programs(sub, ch, g)):
+        for e, (program, problem) in zip(runnable.exercises, _programs(sub, runnable, g)):
             if program is None:
                 g.outcomes[e.label] = Outcome(False, problem)
             else:
@@ -174,6 +202,8 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
     for g, job, outcomes in zip(where, jobs, run_jobs(jobs, workers or min(2 * (os.cpu_count() or 1), 4), template)):
         for (_, e), outcome in zip(job.programs, outcomes):
             g.outcomes[e.label] = outcome
+    if written is not None and len(runnable.exercises) < len(ch.exercises):
+        _written(ch, graded, written)
     for g in graded:   # keep the chapter's order
         g.outcomes = {e.label: g.outcomes[e.label] for e in ch.exercises}
     same: dict[str, list[Graded]] = {}
@@ -185,6 +215,40 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
             others = ", ".join(o.submission_name for o in group if o is not g)
             g.flags.append(f"identical code to {others[:300]}")
     return ch, graded
+
+
+def _written(ch: Chapter, graded: list[Graded], path) -> None:
+    """Each written answer's outcome, from the marks file (``lncourse.grading.written``),
+    which is written again with this run's answers."""
+    from lncourse.grading import written
+    from lncourse.grading.contain import Exceeded, bounded
+
+    questions = {e.label: e.points for e in ch.exercises if getattr(e, "written", False)}
+    found = {}
+    for g in graded:
+        try:
+            found[g.submission] = bounded(written.answers, g.submission,
+                                          seconds=READ_SECONDS, memory_mb=READ_MB)
+        except Exceeded:
+            found[g.submission] = {}
+    try:
+        rows = written.merge(path, graded, questions, found)
+    except written.WrittenError as err:
+        raise SystemExit(str(err)) from None
+    for g in graded:
+        for label, top in questions.items():
+            row = rows[(g.submission_name, label)]
+            mark, comment = row["_mark"], row["comment"]
+            if not row["_text"]:
+                message = "no answer (the answer cell is missing or empty)"
+            elif mark is None:
+                message = "not yet marked"
+            else:
+                message = f"marked {mark:g}/{top:g}" + (f": {comment}" if comment else "")
+            g.outcomes[label] = Outcome(mark is not None and mark >= top, message,
+                                        score=None if mark is None or not top
+                                        else mark / top,
+                                        pending=mark is None and bool(row["_text"]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
                        timeout=args.timeout, memory_mb=args.memory_mb, workers=args.workers,
                        roster=getattr(args, "roster_ids", None), id_pattern=args.id_pattern,
                        template=not args.fresh_learners, id_from_metadata=args.id_from_metadata,
-                       ready=grade_cli.before_grading(args), hidden_key=args.hidden_key)
+                       ready=grade_cli.before_grading(args), hidden_key=args.hidden_key,
+                       assignment=args.assignment_spec, written=args.written)
     grade_cli.write_outputs(ch, graded, args)
     print(summary(ch, graded, time.monotonic() - start, args.hidden))
     return 0

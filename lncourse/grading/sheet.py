@@ -3,7 +3,9 @@
 ``grades.csv`` (the sheet): ``student_id``, ``name`` (from the LMS's download naming,
 where there is one), ``submission`` (the file's name; "folder/file name" for an LMS's
 folder download), one column per exercise label holding the points earned (0 or the
-exercise's points, set by the chapter in ``lncourse.grading.exercises``), ``total``,
+exercise's points, set by the chapter in ``lncourse.grading.exercises``; with an
+assignment file, ``lncourse.grading.assignment``, its items and points, partial points
+to two decimals, and an empty cell for a written answer not yet marked), ``total``,
 ``max_points``, ``flags`` and ``graded_at`` (UTC). A regrade merges by submission: the
 row of every submission graded again is replaced, every other row is kept (two rows
 with one student ID both stay, and the new one is flagged). A sheet of another chapter
@@ -43,6 +45,8 @@ import re
 import tempfile
 import time
 from pathlib import Path
+
+from lncourse.grading.assignment import earned, points_text
 
 __all__ = ["write_csv", "write_lms", "feedback", "summary", "atomic_write", "cell", "md",
            "printable", "check_sheet", "lms_format", "LMS_FORMATS"]
@@ -100,15 +104,24 @@ def header(ch) -> list[str]:
             "max_points", "flags", "graded_at"]
 
 
+def _top(ch) -> str:
+    """The chapter's (or the assignment's) maximum points, as the sheets write them."""
+    return points_text(sum(e.points for e in ch.exercises))
+
+
 def _rows(ch, graded) -> list[dict]:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     rows = []
     for g in graded:
         row = {"student_id": g.student_id, "name": getattr(g, "name", ""),
                "submission": _name(g)}
-        row.update({e.label: e.points * int(g.outcomes[e.label].passed) for e in ch.exercises})
-        row.update(total=g.points(ch), max_points=sum(e.points for e in ch.exercises),
-                   flags="; ".join(g.flags), graded_at=stamp)
+        row.update({e.label: points_text(earned(e, g.outcomes[e.label]))
+                    for e in ch.exercises})
+        pending = [e.label for e in ch.exercises if getattr(g.outcomes[e.label], "pending",
+                                                            False)]
+        flags = g.flags + ([f"not yet marked: {', '.join(pending)}"] if pending else [])
+        row.update(total=points_text(g.points(ch)), max_points=_top(ch),
+                   flags="; ".join(flags), graded_at=stamp)
         rows.append(row)
     return rows
 
@@ -126,10 +139,12 @@ def _read_sheet(ch, path: Path) -> list[dict]:
     labels = [e.label for e in ch.exercises]
     if not columns and not old:
         return []
-    known = [c for c in columns if c.startswith("ex-")]
+    known = [c for c in columns if c.startswith(("ex-", "wr-"))]   # a teacher's own
+    #                                       columns (a note beside the grades) stay theirs
     if known != labels or "student_id" not in columns or "submission" not in columns:
         raise SystemExit(f"{path} is not a grade sheet of chapter {ch.number} (another "
-                         f"chapter's, or no grade sheet: its columns are "
+                         f"chapter's, one graded by another assignment file, or no grade "
+                         f"sheet: its columns are "
                          f"{', '.join(columns)[:300]}); write to another file, move it "
                          "away, or pass --no-merge")
     return old
@@ -209,7 +224,7 @@ def write_lms(ch, graded, path: str | Path, fmt: str = "moodle", item: str | Non
     import sys
 
     item = item or f"Chapter {ch.number}: {ch.title}"
-    top = sum(e.points for e in ch.exercises)
+    top = _top(ch)
     shared = [g for g in graded if any(f.startswith("duplicate ID") for f in g.flags)]
     if shared:
         print(f"note: left out of {path}: {len(shared)} submission(s) whose student ID "
@@ -219,27 +234,35 @@ def write_lms(ch, graded, path: str | Path, fmt: str = "moodle", item: str | Non
     writer = csv.writer(out)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 
+    def short(e, o) -> str:
+        got = earned(e, o)
+        if getattr(o, "pending", False):
+            return f"{e.number} (not yet marked)"
+        return e.number if not got else f"{e.number} ({points_text(got)}/{points_text(e.points)})"
+
     def note(g) -> str:
-        failed = [e.number for e in ch.exercises if not g.outcomes[e.label].passed]
-        return (f"{g.points(ch)}/{top} points" + (f"; not passed: {', '.join(failed)}"
+        failed = [short(e, g.outcomes[e.label]) for e in ch.exercises
+                  if not g.outcomes[e.label].passed]
+        return (f"{points_text(g.points(ch))}/{top} points" + (f"; not passed: {', '.join(failed)}"
                                                   if failed else "") +
                 (f"; {'; '.join(g.flags)}" if g.flags else ""))
     rows = [g for g in graded if g not in shared]
     if fmt == "moodle":
         writer.writerow(["ID number", cell(item), "Maximum points", "Feedback"])
-        writer.writerows([cell(g.student_id), g.points(ch), top, cell(note(g))] for g in rows)
+        writer.writerows([cell(g.student_id), points_text(g.points(ch)), top, cell(note(g))]
+                         for g in rows)
     elif fmt == "moodle-worksheet":
         writer.writerow(["Identifier", "Full name", "Grade", "Maximum Grade",
                          "Last modified (grade)", "Feedback comments"])
-        writer.writerows([cell(g.student_id), cell(getattr(g, "name", "")), g.points(ch), top,
-                          stamp, cell(note(g))] for g in rows)
+        writer.writerows([cell(g.student_id), cell(getattr(g, "name", "")),
+                          points_text(g.points(ch)), top, stamp, cell(note(g))] for g in rows)
     elif fmt == "canvas":
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", cell(item)])
         writer.writerow(["Points Possible", "", "", "", "", top])
         writer.writerows([cell(getattr(g, "name", "")),
                           cell(g.student_id) if _source(g) == "canvas" else "",
                           "" if _source(g) == "canvas" else cell(g.student_id), "", "",
-                          g.points(ch)] for g in rows)
+                          points_text(g.points(ch))] for g in rows)
     else:
         raise ValueError(f"no LMS format {fmt!r}; the formats are {', '.join(LMS_FORMATS)}")
     atomic_write(path, out.getvalue())
@@ -247,14 +270,14 @@ def write_lms(ch, graded, path: str | Path, fmt: str = "moodle", item: str | Non
 
 def feedback(ch, g) -> str:
     """The Markdown feedback for one submission."""
-    top = sum(e.points for e in ch.exercises)
+    top = _top(ch)
     lines = [f"# Feedback on {md(_name(g))}", "",
              f"Chapter {ch.number}, *{ch.title}*: {g.total} of {len(ch.exercises)} "
-             f"exercises passed, {g.points(ch)} of {top} points.", ""]
+             f"exercises passed, {points_text(g.points(ch))} of {top} points.", ""]
     lines += [f"- {md(note)}" for note in g.notes] + ([""] if g.notes else [])
     lines += ["| exercise | points | result |", "| --- | --- | --- |"]
-    lines += [f"| {e.number} {e.title} | {e.points * g.outcomes[e.label].passed}/{e.points} | "
-              f"{'passed' if g.outcomes[e.label].passed else 'not passed'} |"
+    lines += [f"| {e.number} {md(e.title)} | {points_text(earned(e, g.outcomes[e.label])) or '-'}"
+              f"/{points_text(e.points)} | {_result(e, g.outcomes[e.label])} |"
               for e in ch.exercises]
     for e in ch.exercises:
         o = g.outcomes[e.label]
@@ -264,6 +287,16 @@ def feedback(ch, g) -> str:
                   *(f"> {md(line)}" for line in o.message.splitlines())]
         lines += [""] + [f"- {md(note)}" for note in o.notes] if o.notes else []
     return "\n".join(lines) + "\n"
+
+
+def _result(e, o) -> str:
+    if getattr(o, "pending", False):
+        return "not yet marked"
+    if getattr(e, "written", False):
+        return "marked" if getattr(o, "score", None) is not None or o.passed else "no answer"
+    if o.passed:
+        return "passed"
+    return "partly passed" if getattr(o, "score", None) else "not passed"
 
 
 def summary(ch, graded, seconds: float, hidden: bool) -> str:
