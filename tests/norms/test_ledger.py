@@ -361,19 +361,20 @@ def test_an_edited_number_only_the_page_quotes_fails_the_ledger(stored, heads, v
     nGPT-style arm diverged (the majority run at the paper's batch), the largest ratio of
     a QK-norm logit to its sphere's bound (read from the stored weights' gains), a
     Peri-LN model's largest logit; each edit shows in page/."""
-    extra = copy.deepcopy({k: v for k, v in extra.items() if k != "logits_weights"}) | {
-        "logits_weights": extra["logits_weights"]}
     if what == "a diverged step":
-        run = extra["majority"]["paper_batch"]
+        run = copy.deepcopy(extra["majority"]["paper_batch"])
         i = next(i for i, (a, lr, d) in enumerate(zip(run["arm"], run["lr"], run["diverged_at"]))
                  if a == "ngpt" and lr == 0.3 and d is not None)
         run["diverged_at"][i] += 5
+        extra = extra | {"majority": extra["majority"] | {"paper_batch": run}}
     elif what == "a QK-norm gain":             # every QK-norm model's query gains x 0.9
-        extra["logits_weights"] = {
+        extra = extra | {"logits_weights": {
             k: ({n: t * 0.9 if n.endswith("q_norm.weight") else t for n, t in w.items()}
                 if k.startswith("QK-norm/") else w)
-            for k, w in extra["logits_weights"].items()}
+            for k, w in extra["logits_weights"].items()}}
     else:
-        extra["periln"]["summary"]["per_lr"][-1]["Peri-LN"]["max_logit"][1] *= 1.01
+        peri = copy.deepcopy(extra["periln"])
+        peri["summary"]["per_lr"][-1]["Peri-LN"]["max_logit"][1] *= 1.01
+        extra = extra | {"periln": peri}
     diff = C.compare(L.reported(stored, heads, vlens, logits, **extra), C.load_ledger(LEDGER))
     assert any(d.startswith("page/") for d in diff), diff[:5]
