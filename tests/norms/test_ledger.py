@@ -40,11 +40,13 @@ def logits():
 
 @pytest.fixture(scope="module")
 def extra():
-    """The Peri-LN report and the majority arms' intervals the review section reads."""
+    """The Peri-LN report and the majority arms' intervals the review section reads, and
+    the majority runs and the logit-growth weights the page's quoted numbers read."""
     from lncourse.evidence.norms import periln_report
     return {"periln": periln_report.reported(*periln_report.load()),
             "arms": L.arms_from_ledger(), "context": load_result(L.CONTEXT),
-            "retrained": load_result(L.RETRAINED),
+            "retrained": load_result(L.RETRAINED), "majority": L.load_majority(),
+            "logits_weights": L.load_logits_weights(),
             **{key: load_result(path) for key, path in L.RECIPE_RUNS.items()}}
 
 
@@ -223,10 +225,18 @@ def test_the_context_claims_hold_and_turn(stored, heads, vlens, logits, extra):
                      C.load_ledger(LEDGER))
 
 
+def _only(diff: list[str], part: str) -> bool:
+    """The edit shows in the review's ``part`` and nowhere else but the page's quoted
+    numbers (``page/``, which read the same run)."""
+    return (any(part in d for d in diff)
+            and all(part in d or d.startswith("page/") for d in diff))
+
+
 @pytest.mark.parametrize("what", ["final", "sweep"])
 def test_an_edited_retrained_loss_fails_the_ledger(stored, heads, vlens, logits, extra, what):
     """The DyT run trained with the recipe: an edit of its final or a sweep run's test
-    loss in the reported decimals fails (and only the review part differs)."""
+    loss in the reported decimals fails (and only the review part and the page's quoted
+    numbers differ)."""
     run = copy.deepcopy(extra["retrained"])
     if what == "final":
         run["models"]["DyT"][0]["test_loss"] += 0.01
@@ -234,7 +244,7 @@ def test_an_edited_retrained_loss_fails_the_ledger(stored, heads, vlens, logits,
         run["sweep"]["DyT"][0]["history"]["test_loss"][-1] += 0.01
     diff = C.compare(L.reported(stored, heads, vlens, logits, **(extra | {"retrained": run})),
                      C.load_ledger(LEDGER))
-    assert diff and all("retrained" in d for d in diff), diff[:5]
+    assert _only(diff, "retrained"), diff[:5]
 
 
 @pytest.mark.parametrize("what", ["loss", "unselectable", "residual"])
@@ -253,7 +263,7 @@ def test_an_edited_wide_run_number_fails_the_ledger(stored, heads, vlens, logits
         run["models"]["DyT"][2]["residual"]["saturated"] -= 0.02
     diff = C.compare(L.reported(stored, heads, vlens, logits,
                                 **(extra | {"retrained_wide": run})), C.load_ledger(LEDGER))
-    assert diff and all("retrained_wide" in d for d in diff), diff[:5]
+    assert _only(diff, "retrained_wide"), diff[:5]
 
 
 @pytest.mark.parametrize("what", ["loss", "gain", "saturated", "long", "rate",
@@ -271,7 +281,7 @@ def test_an_edited_dyt_recipe_number_fails_the_ledger(stored, heads, vlens, logi
         run["models"][next(iter(run["models"]))][2]["test_loss"] -= 0.01
         diff = C.compare(L.reported(stored, heads, vlens, logits, **(extra | {key: run})),
                          C.load_ledger(LEDGER))
-        assert diff and all(f"/{key}/" in d for d in diff), diff[:5]
+        assert _only(diff, f"/{key}/"), diff[:5]
         return
     seed = run["models"]["DyT-LLaMA"][1]
     if what == "loss":
@@ -283,7 +293,7 @@ def test_an_edited_dyt_recipe_number_fails_the_ledger(stored, heads, vlens, logi
         run["models"]["DyT-scaled"][0]["residual"]["saturated"] += 0.02
     diff = C.compare(L.reported(stored, heads, vlens, logits,
                                 **(extra | {"retrained_dyt": run})), C.load_ledger(LEDGER))
-    assert diff and all("/retrained_dyt/" in d for d in diff), diff[:5]
+    assert _only(diff, "/retrained_dyt/"), diff[:5]
 
 
 def test_a_run_the_ledger_does_not_read_is_an_error(stored, heads, vlens, logits, extra):
@@ -327,3 +337,44 @@ def test_the_learned_bar_refuses_a_non_finite_loss():
     assert learned(2.19, 2.5) and not learned(2.21, 2.5)
     with pytest.raises(ValueError, match="finite"):
         learned(float("nan"), 2.5)
+
+
+# ------------------------------------------- the numbers the page quotes (norms.quoted)
+PAGE = LEDGER.parents[2] / "book" / "05_norms_replication.md"
+
+
+def test_every_number_the_page_quotes_is_a_ledger_entry():
+    """Each {ledger} role of the replication page names an entry of a ledger (the build
+    fails on an unknown one too; this says so in the unit tests, in a second)."""
+    import re
+
+    roles = re.findall(r"\{ledger\}`([^`]*)`", PAGE.read_text(encoding="utf-8"))
+    assert len(roles) > 200
+    for spec in roles:
+        C.quote(spec)
+
+
+@pytest.mark.parametrize("what", ["a diverged step", "a QK-norm gain", "a Peri-LN logit"])
+def test_an_edited_number_only_the_page_quotes_fails_the_ledger(stored, heads, vlens, logits,
+                                                                extra, what):
+    """Numbers the page quotes beyond the review: the step at which a seed of the
+    nGPT-style arm diverged (the majority run at the paper's batch), the largest ratio of
+    a QK-norm logit to its sphere's bound (read from the stored weights' gains), a
+    Peri-LN model's largest logit; each edit shows in page/."""
+    if what == "a diverged step":
+        run = copy.deepcopy(extra["majority"]["paper_batch"])
+        i = next(i for i, (a, lr, d) in enumerate(zip(run["arm"], run["lr"], run["diverged_at"]))
+                 if a == "ngpt" and lr == 0.3 and d is not None)
+        run["diverged_at"][i] += 5
+        extra = extra | {"majority": extra["majority"] | {"paper_batch": run}}
+    elif what == "a QK-norm gain":             # every QK-norm model's query gains x 0.9
+        extra = extra | {"logits_weights": {
+            k: ({n: t * 0.9 if n.endswith("q_norm.weight") else t for n, t in w.items()}
+                if k.startswith("QK-norm/") else w)
+            for k, w in extra["logits_weights"].items()}}
+    else:
+        peri = copy.deepcopy(extra["periln"])
+        peri["summary"]["per_lr"][-1]["Peri-LN"]["max_logit"][1] *= 1.01
+        extra = extra | {"periln": peri}
+    diff = C.compare(L.reported(stored, heads, vlens, logits, **extra), C.load_ledger(LEDGER))
+    assert any(d.startswith("page/") for d in diff), diff[:5]

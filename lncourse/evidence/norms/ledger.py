@@ -17,7 +17,10 @@ final test loss and largest logits, and the claims of
 (:mod:`lncourse.evidence.norms.review`): the bigram and unigram levels of the character data, where
 each trained model sits against them, the majority arms' intervals corrected for the five
 comparisons (from the arms' ledger) and DyT's position signal in absolute and relative
-terms. The ledger ``results/norms/reported.json`` holds them, written by::
+terms; and, under ``page/``, every number the replication page's prose quotes with the
+``{ledger}`` role (:mod:`lncourse.evidence.norms.quoted`, which also reads the two
+majority runs and the logit-growth run's weights). The ledger
+``results/norms/reported.json`` holds them, written by::
 
     python -m lncourse.evidence.norms.ledger
 
@@ -33,11 +36,13 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.evidence.claims import ledger_main, load_ledger
-from lncourse.evidence.norms import context_use, periln_report, real, review, trained, verdict
+from lncourse.evidence.norms import (context_use, majority_report, periln_report, quoted, real,
+                                     review, trained, verdict)
 from lncourse.norms.hidden import STATS, chance_abs_cos
 from lncourse.results import RESULTS_DIR, describe, load_result
 
-__all__ = ["SOURCE", "reported", "arms_from_ledger", "main"]
+__all__ = ["SOURCE", "reported", "arms_from_ledger", "load_majority", "load_logits_weights",
+           "main"]
 
 SOURCE = "norms/real_paper"
 HEADS = "norms/trained_heads"
@@ -210,12 +215,17 @@ def arms_from_ledger(run: str = "paper_batch") -> dict:
 def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
              periln: dict | None = None, arms: dict | None = None,
              context: dict | None = None, retrained: dict | None = None,
+             majority: dict | None = None, logits_weights: dict | None = None,
              **recipe_runs: dict) -> dict:
     """Every number chapter 5 reports from its stored files (see the module's docstring);
     the summaries are recomputed from the per-passage values and the per-head counts, so
     an edit of either shows. With ``periln`` (:func:`lncourse.evidence.norms.periln_report.reported`),
     ``arms`` (:func:`arms_from_ledger`), ``context``, ``retrained`` and every run of
-    :data:`RECIPE_RUNS` by its key, also the replication page's review (:func:`_review`)."""
+    :data:`RECIPE_RUNS` by its key, also the replication page's review (:func:`_review`);
+    with all of those, ``majority`` (the two stored majority runs by the keys of
+    :data:`lncourse.evidence.norms.majority_report.RUNS`) and ``logits_weights`` (the
+    logit-growth run's ``logits.pt``), also the numbers the page's prose quotes
+    (``page``, :func:`lncourse.evidence.norms.quoted.numbers`)."""
     unknown = set(recipe_runs) - set(RECIPE_RUNS)
     if unknown:
         raise TypeError(f"reported() got runs it does not read: {sorted(unknown)}; "
@@ -223,12 +233,27 @@ def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
     parts = (periln, arms, context, retrained)
     whole = all(p is not None for p in parts) and set(recipe_runs) == set(RECIPE_RUNS)
     extra = {"review": _review(heads, vlens, logits, *parts, recipe_runs)} if whole else {}
+    if whole and majority is not None and logits_weights is not None:
+        extra["page"] = quoted.numbers(stored, heads, vlens, logits, logits_weights, periln,
+                                       context, retrained, majority, recipe_runs)
     return {**extra, "describe": describe(stored), "n_passages": stored["config"]["n_passages"],
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
             "claims": {text: holds for text, holds in verdict.claims(stored).items()},
             "trained_heads": _heads(heads), "vlens": _vlens(vlens),
             "logits": _logits(logits)}
+
+
+def load_majority() -> dict:
+    """The two stored majority runs, by the keys of :data:`majority_report.RUNS`."""
+    return {run: load_result(path) for run, path in majority_report.RUNS.items()}
+
+
+def load_logits_weights() -> dict:
+    """The logit-growth run's weights (``results/norms/logits.pt``)."""
+    import torch
+
+    return torch.load(RESULTS_DIR / f"{LOGITS}.pt", weights_only=True)
 
 
 def main(argv: list[str] | None = None):
@@ -241,10 +266,14 @@ def main(argv: list[str] | None = None):
                                          arms_from_ledger(),
                                          load_result(CONTEXT),
                                          load_result(RETRAINED),
+                                         load_majority(), load_logits_weights(),
                                          **{key: load_result(path) for key, path
                                             in RECIPE_RUNS.items()}),
                                 {"stored": f"{SOURCE}.json", "heads": f"{HEADS}.json",
-                                 "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json"}),
+                                 "vlens": f"{VLENS}.json", "logits": f"{LOGITS}.json",
+                                 "logits_weights": f"{LOGITS}.pt",
+                                 "majority": {run: f"{path}.json" for run, path
+                                              in majority_report.RUNS.items()}}),
                        argv)
 
 
