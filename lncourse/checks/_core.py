@@ -62,6 +62,20 @@ def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def drawn_ints(seed: int, low: int, high: int, n: int = 1) -> tuple[int, ...]:
+    """``n`` integers in [low, high] from ``generator(seed)``: where a check's input is a
+    size (``centering_matrix(d)``), its teacher-only sizes are drawn this way, so that
+    they too depend on the grader's key and cannot be answered from a lookup table."""
+    g = generator(seed)
+    return tuple(int(v) for v in torch.randint(low, high + 1, (n,), generator=g))
+
+
+def numpy_rng(seed: int) -> np.random.Generator:
+    """A NumPy generator seeded from ``generator(seed)``: mixed with the grader's key
+    like every other random input of a check."""
+    return np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator(seed))))
+
+
 def case(*args: Any, **kwargs: Any) -> Case:
     """One input of a check: ``case(x, gamma, beta, 1e-5)``."""
     return args, kwargs
