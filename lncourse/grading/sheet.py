@@ -6,7 +6,9 @@ folder download), one column per exercise label holding the points earned (0 or 
 exercise's points, set by the chapter in ``lncourse.grading.exercises``), ``total``,
 ``max_points``, ``flags`` and ``graded_at`` (UTC). A regrade merges by submission: the
 row of every submission graded again is replaced, every other row is kept (two rows
-with one student ID both stay, and the new one is flagged). A sheet of another chapter
+with one student ID both stay, and the new one is flagged). A submission is named by its
+path relative to the class's folder (``cli.submission_name``), so regrading one
+student's ``bob/nb.ipynb`` leaves ``alice/nb.ipynb``'s row alone. A sheet of another chapter
 is refused before anything is graded (``check_sheet``).
 
 ``--lms FILE`` writes one of ``LMS_FORMATS``, each exactly as that LMS's importer reads
