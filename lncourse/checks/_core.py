@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lncourse.checks._compare import (Verdict, compare, describe_case, precision_of, tolerance, upcast)
+from lncourse.checks._compare import (Verdict, compare, describe, describe_case, precision_of, tolerance, upcast)
 from lncourse.guard import call_learner
 from lncourse.results import COLUMN_CHARS
 
@@ -114,6 +114,20 @@ def generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def drawn_ints(seed: int, low: int, high: int, n: int = 1) -> tuple[int, ...]:
+    """``n`` integers in [low, high] from ``generator(seed)``: where a check's input is a
+    size (``centering_matrix(d)``), its teacher-only sizes are drawn this way, so that
+    they too depend on the grader's key and cannot be answered from a lookup table."""
+    g = generator(seed)
+    return tuple(int(v) for v in torch.randint(low, high + 1, (n,), generator=g))
+
+
+def numpy_rng(seed: int) -> np.random.Generator:
+    """A NumPy generator seeded from ``generator(seed)``: mixed with the grader's key
+    like every other random input of a check."""
+    return np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator(seed))))
+
+
 def case(*args: Any, **kwargs: Any) -> Case:
     """One input of a check: ``case(x, gamma, beta, 1e-5)``."""
     return args, kwargs
@@ -135,6 +149,24 @@ def _same_inputs(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray):
         return np.array_equal(a, b)
     return True
+
+
+def _shapes(args: tuple, kwargs: dict) -> str:
+    """The inputs' shapes and kinds, without one of their numbers (``describe_case``
+    spells out a scalar)."""
+    def kind(value: Any) -> str:
+        if isinstance(value, (torch.Tensor, np.ndarray)):
+            return describe(value)
+        if isinstance(value, (list, tuple)):
+            return "(" + ", ".join(kind(v) for v in value) + ")"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{k!s}: {kind(v)}" for k, v in value.items()) + "}"
+        return f"{_an(type(value).__name__)}"
+    return ", ".join([kind(a) for a in args] + [f"{k}={kind(v)}" for k, v in kwargs.items()])
+
+
+def _an(word: str) -> str:
+    return ("an " if word[:1] in tuple("aeiou") else "a ") + word
 
 
 def fair_precision(args: tuple, kwargs: dict, precision: torch.dtype) -> torch.dtype:
@@ -347,17 +379,31 @@ def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, d
                 smooth, slack, outputs, deadline, limit, label=None) -> float:
     """One case of ``run_check``: its difference if it passes; AssertionError if not.
     ``label``: the case's name where its values are not to be shown."""
-    where = label or describe_case(args, kwargs)
+    # Under the grader's key (--hidden) the inputs are the teacher's secret: a failure
+    # says which mistake it is and the inputs' shapes, never a number that the inputs or
+    # the learner's function chose (its error's text, its output's shape, a difference),
+    # so that resubmitting cannot read the inputs out of the feedback.
+    secret = HIDDEN_KEY is not None
+    where = label or (f"a teacher-only input: {_shapes(args, kwargs)}" if secret
+                      else describe_case(args, kwargs))
     precision = precision_of(args, kwargs, dtype)
     args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
     if reference is not None:
         expected = reference(*map(_clone, args64), **{k: _clone(v) for k, v in kwargs64.items()})
         tol = tolerance(reference, args64, kwargs64, expected,
                         fair_precision(args, kwargs, precision), smooth, slack)
-    got, args_after, kwargs_after = call_learner(
-        fn, tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()},
-        name=name, where=where, forbidden=forbidden,
-        seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
+    try:
+        got, args_after, kwargs_after = call_learner(
+            fn, tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()},
+            name=name, where=where, forbidden=forbidden,
+            seconds=max(deadline - time.monotonic(), 1e-3), limit=limit)
+    except AssertionError:
+        if not secret:
+            raise
+        raise AssertionError(
+            f"{name}: your function gave no answer on {where} (it raised an error, ran "
+            "out of time or memory, or called what the exercise forbids; its message "
+            "is not shown, since it could hold the teacher's inputs)") from None
     if not _same_inputs(args_after, args) or not _same_inputs(kwargs_after, kwargs):
         raise AssertionError(f"{name}: your function modified its input in place; "
                              "compute a new tensor instead (for example x - m, "
@@ -384,6 +430,9 @@ def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, d
     if ok:
         return diff
     mistake = _named_mistake(got, mistakes, args64, kwargs64, precision, smooth)
+    if secret and not label:
+        raise AssertionError(f"{name}: {mistake} (on {where})" if mistake else
+                             f"{name}: your output is wrong on {where}")
     if label:       # no value of the input's or of the reference's output
         if mistake:
             raise AssertionError(f"{name}: {mistake} (on {label})")

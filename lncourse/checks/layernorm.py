@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lncourse.layernorm import projection_matrix
-from lncourse.checks._core import case, generator, run_check
+from lncourse.checks._core import case, drawn_ints, generator, run_check
 
 __all__ = ["check_layer_norm_fgh", "check_centering_matrix", "check_layer_norm_on_plane",
            "check_fold_into_linear", "check_rms_norm_gain"]
@@ -113,7 +113,9 @@ _P_MISTAKES = [
 
 def check_centering_matrix(fn: Callable[[int], Tensor], *, hidden: bool = False) -> None:
     """The d x d centring (projection) matrix P = I - 1 1^T / d, in float64."""
-    sizes = (3, 5, 16, 2) + ((4, 7, 64, 100) if hidden else ())
+    # teacher-only sizes: two small, one large, drawn from the grader's key
+    sizes = (3, 5, 16, 2) + ((*drawn_ints(10, 4, 40, 2), *drawn_ints(11, 41, 128))
+                             if hidden else ())
     run_check(fn, "centering_matrix", ["d"], [case(d) for d in sizes],
               reference=lambda d: projection_matrix(d, dtype=torch.float64), forbidden=NO_PROJECTION,
               mistakes=_P_MISTAKES)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lncourse.checks._compare import Verdict, kind_problem
-from lncourse.checks._core import case, generator, run_check
+from lncourse.checks._core import case, drawn_ints, generator, run_check
 
 __all__ = ["check_has_clear_majority", "check_norm_without_projection",
            "check_query_angle", "check_attend_counts", "check_uniform_query_weights"]
@@ -243,7 +243,9 @@ _UNIFORM_MISTAKES = [
 def check_uniform_query_weights(fn: Callable[[int], tuple[Tensor, Tensor]], *,
                                 hidden: bool = False) -> None:
     """``uniform_query_weights(d)`` -> (W_Q, W_K), queries parallel to 1, almost never 0."""
-    sizes = (3, 8, 21) + ((2, 5, 64) if hidden else ())
+    # teacher-only sizes: d = 2, and two drawn from the grader's key
+    sizes = (3, 8, 21) + ((2, *drawn_ints(12, 4, 40), *drawn_ints(13, 41, 96))
+                          if hidden else ())
     run_check(fn, "uniform_query_weights", ["d"], [case(d) for d in sizes],
               judge=_uniform_judge, passed="queries are nonzero multiples of 1",
               mistakes=_UNIFORM_MISTAKES, dtype=torch.float32)

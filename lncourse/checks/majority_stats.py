@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from lncourse.checks._core import case, run_check
+from lncourse.checks._core import case, numpy_rng, run_check
 
 __all__ = ["check_projection_main_effect"]
 
@@ -102,16 +102,17 @@ def check_projection_main_effect(fn: Callable[..., tuple], *, hidden: bool = Fal
     (variant -> per-seed values) -> (mean, low, high) of the projection's main effect.
     Run on random cells and on the stored paper-settings run (issue 36: a main effect
     from the chapter's real runs)."""
-    rng = np.random.default_rng(3)
+    public = np.random.default_rng(3)
+    secret = numpy_rng(30)   # the teacher-only cells: drawn from the grader's key
 
-    def rand(n, scale=1.0):
+    def rand(n, scale=1.0, rng=public):
         base = rng.normal(size=n)       # a seed effect common to the four variants
         return {k: base + rng.normal(size=n) * scale + i for i, k in enumerate(_DESIGN4)}
     cases = [case(rand(10)), case(rand(5, 0.1)), case(rand(8), level=0.9),
              case(_stored_cells("mean_acc_to_5000")),
              case(_stored_cells("steps_to_80"))]
     if hidden:
-        cases += [case(rand(4, 3.0), level=0.9), case(rand(12), 0.99),
+        cases += [case(rand(4, 3.0, secret), level=0.9), case(rand(12, rng=secret), 0.99),
                   case(_stored_cells("acc_at_1000"), level=0.9)]
     run_check(fn, "projection_main_effect", ["cells", "level"], cases,
               reference=_main_effect, mistakes=_MAIN_EFFECT_MISTAKES,

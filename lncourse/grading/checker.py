@@ -72,7 +72,8 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
     checks.configure(tally=tally)                  # partial credit: every input recorded
     notes: list[str] = []
     outcome, kept, total = None, "", 0
-    sandbox = None
+    sandbox, secret = None, False
+
     try:
         sandbox = Sandbox(program.cells, function, job.timeout, job.memory_mb, learner)
         info = sandbox.start()
@@ -90,6 +91,7 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
                 if job.hidden:     # visible inputs passed: a failure now is a hidden input's
                     try:
                         # the random inputs drawn from a secret
+                        secret = True     # what the code prints now could hold them
                         checks.configure(hidden_key=job.hidden_key)
                         check(sandbox.function(info), hidden=True)
                     except AssertionError as err:
@@ -138,7 +140,10 @@ def _grade_exercise(program: Program, exercise: Exercise, job: Job, learner) -> 
     if total > len(kept):
         notes.append(f"your code printed {total:,} characters while it was checked; only the "
                      f"first {len(kept):,} were kept")
-    if kept and not outcome.passed:
+    if kept and not outcome.passed and secret:
+        notes.append(f"your code printed {total:,} characters; not shown, since it ran "
+                     "on the teacher-only inputs")
+    elif kept and not outcome.passed:
         notes.append("your code printed: " + kept[:500].strip())
     outcome.notes = notes + outcome.notes
     return outcome

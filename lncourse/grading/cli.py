@@ -4,7 +4,10 @@ belongs to, and writing the sheets.
 
 Student IDs come from what the teacher controls, in this order: a roster (``--roster``),
 a pattern over the file name (``--id-pattern``), the LMS's own naming of its downloads
-(``lms_identity``: Moodle's and Canvas's), else the file's name. A notebook's own
+(``lms_identity``: Moodle's and Canvas's), else the submission's path relative to the
+class's folder (``class_folder``; ``alice/nb.ipynb`` gives ``alice/nb``, a flat folder's
+``ada.ipynb`` gives ``ada``), less ".ipynb". A roster's ``file`` is that relative
+path. A notebook's own
 ``metadata.lncourse.student_id`` is used only with ``--id-from-metadata`` and only where
 none of those names the submission; a notebook whose metadata names someone else is
 flagged, and so is every ID that two submissions share. Nothing is merged or
@@ -52,13 +55,26 @@ def lms_identity(path: str | Path) -> tuple[str, str, str] | None:
     return None
 
 
-def submission_name(path: str | Path) -> str:
-    """How the sheet names a submission: its file name, or "folder/file name" where its
-    folder is an LMS's folder for one student (their files keep their own names)."""
+def class_folder(paths) -> Path:
+    """The class's folder: the folder that holds every submission (their common one)."""
+    folders = [os.path.abspath(Path(p).parent) for p in paths]
+    return Path(os.path.commonpath(folders)) if folders else Path(".").resolve()
+
+
+def submission_name(path: str | Path, root: str | Path | None = None) -> str:
+    """How the sheet names a submission: "folder/file name" where its folder is an LMS's
+    folder for one student (their files keep their own names); else its path relative
+    to the class's folder ``root`` (``alice/nb.ipynb`` and ``bob/nb.ipynb`` are two
+    students), or its file name where it lies outside ``root`` or none is given."""
     path = Path(path)
     parent = path.parent.name
     if parent and (_MOODLE.match(parent) or _CANVAS.match(parent)):
         return f"{parent}/{path.name}"
+    if root is not None:
+        try:
+            return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
+        except ValueError:
+            pass
     return path.name
 
 
@@ -79,15 +95,23 @@ class Identity:
 
 
 def student_ids(paths, submissions, roster=None, id_pattern=None,
-                from_metadata: bool = False) -> dict[str, Identity]:
-    """Each submission's ``Identity`` (see the module's docstring), by ``str(path)``."""
+                from_metadata: bool = False, root=None) -> dict[str, Identity]:
+    """Each submission's ``Identity`` (see the module's docstring), by ``str(path)``.
+    Names are relative to the class's folder ``root`` (default: ``class_folder``): the
+    roster is looked up by that name (by the bare file name only where no other
+    submission has it), and without an ID from elsewhere it is the ID, less ".ipynb"."""
+    root = class_folder(paths) if root is None else root
     ids: dict[str, Identity] = {}
+    files = defaultdict(int)
+    for path in paths:
+        files[Path(path).name] += 1
     for path, sub in zip(paths, submissions):
-        name = submission_name(path)
+        name = submission_name(path, root)
         found = re.search(id_pattern, Path(path).name) if id_pattern else None
         lms = lms_identity(path)
         claimed = sub.student_id
-        listed = (roster or {}).get(name) or (roster or {}).get(Path(path).name)
+        listed = (roster or {}).get(name) or (
+            (roster or {}).get(Path(path).name) if files[Path(path).name] == 1 else None)
         if listed:
             who = Identity(listed, lms[2] if lms else "", "roster")
         elif found and found.groups() and found.group(1):
@@ -98,7 +122,7 @@ def student_ids(paths, submissions, roster=None, id_pattern=None,
         elif from_metadata and claimed:
             who = Identity(claimed, "", "metadata")
         else:
-            who = Identity(Path(path).name.removesuffix(".ipynb"))
+            who = Identity(name.removesuffix(".ipynb"))
         if claimed and who.source != "metadata" and claimed != who.id:
             said = _SOURCES.get(who.source, who.source)
             who.flags.append(
@@ -112,7 +136,7 @@ def student_ids(paths, submissions, roster=None, id_pattern=None,
         shared[who.id].append(path)
     for same in shared.values():
         for path in same if len(same) > 1 else ():
-            others = ", ".join(submission_name(p) for p in same if p != path)
+            others = ", ".join(submission_name(p, root) for p in same if p != path)
             ids[path].flags.append(f"duplicate ID: also {others[:300]}")
     return ids
 
@@ -133,8 +157,9 @@ def _positive(kind, low):
 
 
 def read_roster(path: str) -> dict[str, str]:
-    """A roster CSV with columns ``file`` (the file's name, or "folder/file name" for an
-    LMS's folder download) and ``student_id``."""
+    """A roster CSV with columns ``file`` (the submission's path relative to the class's
+    folder: the file's name in a flat folder, "folder/file name" for one folder per
+    student or an LMS's folder download) and ``student_id``."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.DictReader(f))
@@ -175,7 +200,12 @@ def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
                    help=f"memory cap per exercise, in MB (default {memory_mb})")
     p.add_argument("--workers", type=_positive(int, 1),
                    help="submissions graded at once (default: twice the CPUs, up to 4)")
-    p.add_argument("--roster", help="CSV with columns file and student_id")
+    p.add_argument("--roster", help="CSV with columns file (the submission's path "
+                                    "relative to the class folder) and student_id")
+    p.add_argument("--class-folder", help="the folder the submissions' names are relative "
+                                          "to (default: the one that holds them all); "
+                                          "give it when regrading some of a class whose "
+                                          "students each have a folder")
     p.add_argument("--id-pattern", help="regular expression whose first group, found in a "
                                         "file name, is the student ID")
     p.add_argument("--id-from-metadata", action="store_true",
@@ -239,6 +269,8 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             p.error(f"--feedback {args.feedback}: is a file, not a folder")
         if not folder.exists() and not folder.parent.is_dir():
             p.error(f"--feedback {args.feedback}: its parent folder does not exist")
+    if getattr(args, "class_folder", None) and not Path(args.class_folder).is_dir():
+        p.error(f"--class-folder {args.class_folder}: no such folder")
     if args.roster:
         if not Path(args.roster).is_file():
             p.error(f"--roster {args.roster}: no such file")

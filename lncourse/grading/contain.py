@@ -161,13 +161,13 @@ def readable() -> list[str]:
 
 # ------------------------------------------------------------------ namespaces (fallback)
 _NEWNS, _NEWUTS, _NEWIPC, _NEWUSER, _NEWNET = 0x20000, 0x4000000, 0x8000000, 0x10000000, 0x40000000
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 1, 2, 4, 16384, 1 << 18
 
 
 def _enter_namespaces(libc, folder: str | None, size_mb: int) -> None:
     """New mount, network, IPC and UTS namespaces (a user namespace first when not root),
-    and a size-capped tmpfs on ``folder``, the learner's only writable folder. Raises
-    OSError where the kernel refuses."""
+    a size-capped tmpfs on ``folder``, the learner's only writable folder, and the
+    checks hidden (``hide_checks``). Raises OSError where the kernel refuses."""
     uid, gid = os.getuid(), os.getgid()
     flags = _NEWNS | _NEWNET | _NEWIPC | _NEWUTS
     if os.geteuid() != 0:
@@ -185,6 +185,20 @@ def _enter_namespaces(libc, folder: str | None, size_mb: int) -> None:
         options = f"size={int(size_mb)}m,mode=700,uid={uid},gid={gid}".encode()
         if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
             raise OSError(ctypes_errno(), f"mount tmpfs {folder}")
+    hide_checks(libc)
+
+
+def hide_checks(libc, package: Path = PACKAGE) -> None:
+    """An empty, read-only tmpfs over ``package``'s checks, in this mount namespace: the
+    references and the teacher-only inputs out of the learner's sight wherever the
+    checkout lies (Landlock cannot take one folder out of a readable one: a checkout
+    under /tmp, where the learner may write and so read, or under a Python prefix).
+    Raises OSError where the kernel refuses."""
+    checks = Path(package) / "checks"
+    if checks.is_dir():
+        flags = _MS_NOSUID | _MS_NODEV | _MS_RDONLY
+        if libc.mount(b"tmpfs", str(checks).encode(), b"tmpfs", flags, b"size=4k,mode=555") != 0:
+            raise OSError(ctypes_errno(), f"mount tmpfs {checks}")
 
 
 def ctypes_errno() -> int:

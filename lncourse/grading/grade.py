@@ -121,7 +121,8 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
           id_pattern: str | None = None, template: bool = True,
           id_from_metadata: bool = False, ready=None,
           hidden_key: str | None = None, assignment=None,
-          written: str | Path | None = None) -> tuple[Chapter, list[Graded]]:
+          written: str | Path | None = None,
+          class_folder: str | Path | None = None) -> tuple[Chapter, list[Graded]]:
     """Grade the submissions; returns the class's chapter and one ``Graded`` each.
 
     The student ID of a submission: see ``lncourse.grading.cli.student_ids`` (a roster,
@@ -148,8 +149,9 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
     if chapter is None and assignment is not None:
         chapter = assignment.chapter
     submissions = [_read(p) for p in paths]
-    from lncourse.grading.cli import student_ids, submission_name
-    ids = student_ids(paths, submissions, roster, id_pattern, id_from_metadata)
+    from lncourse.grading.cli import class_folder as common, student_ids, submission_name
+    root = common(paths) if class_folder is None else Path(class_folder)
+    ids = student_ids(paths, submissions, roster, id_pattern, id_from_metadata, root)
     try:
         ch = find_chapter(chapter) if chapter is not None else chapter_of_class(
             submissions, [ids[str(p)].id or str(p) for p in paths])
@@ -177,7 +179,7 @@ def grade(paths: list[str | Path], *, chapter: str | int | None = None, hidden: 
         g = Graded(str(path), {}, list(sub.notes), who.id,
                    (["solution edition"] if sub.solution_edition else [])
                    + ([f"refused: {sub.refused}"] if sub.refused else []) + who.flags,
-                   who.name, submission_name(path), who.source)
+                   who.name, submission_name(path, root), who.source)
         graded.append(g)
         if sub.chapter is None or sub.chapter.stem != course.stem:
             if sub.chapter is not None:
@@ -265,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                        roster=getattr(args, "roster_ids", None), id_pattern=args.id_pattern,
                        template=not args.fresh_learners, id_from_metadata=args.id_from_metadata,
                        ready=grade_cli.before_grading(args), hidden_key=args.hidden_key,
-                       assignment=args.assignment_spec, written=args.written)
+                       assignment=args.assignment_spec, written=args.written,
+                       class_folder=args.class_folder)
     grade_cli.write_outputs(ch, graded, args)
     print(summary(ch, graded, time.monotonic() - start, args.hidden))
     return 0

@@ -8,7 +8,9 @@ assignment file, ``lncourse.grading.assignment``, its items and points, partial 
 to two decimals, and an empty cell for a written answer not yet marked), ``total``,
 ``max_points``, ``flags`` and ``graded_at`` (UTC). A regrade merges by submission: the
 row of every submission graded again is replaced, every other row is kept (two rows
-with one student ID both stay, and the new one is flagged). A sheet of another chapter
+with one student ID both stay, and the new one is flagged). A submission is named by its
+path relative to the class's folder (``cli.submission_name``), so regrading one
+student's ``bob/nb.ipynb`` leaves ``alice/nb.ipynb``'s row alone. A sheet of another chapter
 is refused before anything is graded (``check_sheet``).
 
 ``--lms FILE`` writes one of ``LMS_FORMATS``, each exactly as that LMS's importer reads
@@ -27,6 +29,16 @@ it (``tests/grading/test_sheets.py`` parses each the way the importer's code doe
   download's names), ``SIS User ID`` (the roster's or the pattern's IDs), ``SIS Login
   ID``, ``Section``, the assignment, with the ``Points Possible`` row first.
 
+What each format carries of the feedback (``lms_feedback``: each student's feedback as
+escaped HTML, no Markdown, at most ``LMS_FEEDBACK_CHARS`` characters, then "(cut; full
+feedback in the file)"): ``moodle-worksheet`` in ``Feedback comments``, which the upload
+stores as the assignment's feedback comment in HTML (``assign_feedback_comments::
+set_editor_text``, ``FORMAT_HTML``); ``moodle`` in ``Feedback``, which the gradebook
+import stores as the grade's feedback (``grade_item::update_final_grade``, Moodle's
+auto-format: HTML, line breaks kept); ``canvas`` none: Canvas's gradebook import reads
+scores only, so its students get the Markdown files (``--feedback``) by hand. The
+flags (duplicate IDs, identical code) are for the teacher and stay in ``grades.csv``.
+
 Submissions whose ID another submission shares are left out of the LMS sheet (the LMS
 would keep one of them), and said so. Every sheet is written atomically (a temporary
 file in the same folder, flushed to disk, then renamed over the old one). Every cell,
@@ -39,6 +51,7 @@ they cannot inject Markdown.
 from __future__ import annotations
 
 import csv
+import html
 import io
 import os
 import re
@@ -49,7 +62,8 @@ from pathlib import Path
 from lncourse.grading.assignment import earned, points_text
 
 __all__ = ["write_csv", "write_lms", "feedback", "summary", "atomic_write", "cell", "md",
-           "printable", "check_sheet", "lms_format", "LMS_FORMATS"]
+           "printable", "check_sheet", "lms_format", "LMS_FORMATS", "lms_feedback",
+           "LMS_FEEDBACK_CHARS"]
 
 LMS_FORMATS = ("moodle", "moodle-worksheet", "canvas")
 # C0 and C1 control characters, DEL, and the Unicode controls that reorder or hide text
@@ -234,28 +248,18 @@ def write_lms(ch, graded, path: str | Path, fmt: str = "moodle", item: str | Non
     writer = csv.writer(out)
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 
-    def short(e, o) -> str:
-        got = earned(e, o)
-        if getattr(o, "pending", False):
-            return f"{e.number} (not yet marked)"
-        return e.number if not got else f"{e.number} ({points_text(got)}/{points_text(e.points)})"
-
-    def note(g) -> str:
-        failed = [short(e, g.outcomes[e.label]) for e in ch.exercises
-                  if not g.outcomes[e.label].passed]
-        return (f"{points_text(g.points(ch))}/{top} points" + (f"; not passed: {', '.join(failed)}"
-                                                  if failed else "") +
-                (f"; {'; '.join(g.flags)}" if g.flags else ""))
+    note = lms_feedback
     rows = [g for g in graded if g not in shared]
     if fmt == "moodle":
         writer.writerow(["ID number", cell(item), "Maximum points", "Feedback"])
-        writer.writerows([cell(g.student_id), points_text(g.points(ch)), top, cell(note(g))]
-                         for g in rows)
+        writer.writerows([cell(g.student_id), points_text(g.points(ch)), top,
+                          cell(note(ch, g))] for g in rows)
     elif fmt == "moodle-worksheet":
         writer.writerow(["Identifier", "Full name", "Grade", "Maximum Grade",
                          "Last modified (grade)", "Feedback comments"])
         writer.writerows([cell(g.student_id), cell(getattr(g, "name", "")),
-                          points_text(g.points(ch)), top, stamp, cell(note(g))] for g in rows)
+                          points_text(g.points(ch)), top, stamp, cell(note(ch, g))]
+                         for g in rows)
     elif fmt == "canvas":
         writer.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", cell(item)])
         writer.writerow(["Points Possible", "", "", "", "", top])
@@ -266,6 +270,62 @@ def write_lms(ch, graded, path: str | Path, fmt: str = "moodle", item: str | Non
     else:
         raise ValueError(f"no LMS format {fmt!r}; the formats are {', '.join(LMS_FORMATS)}")
     atomic_write(path, out.getvalue())
+
+
+# A student's feedback in an LMS's comment box: a choice, as neither Moodle importer
+# documents a limit (both store a long text): under the 32,767 characters a spreadsheet
+# cell holds in Excel, so that the sheet opens unchanged, and a few screens of a comment
+# box. Longer feedback is cut at a whole exercise (or within the first one), and says so.
+LMS_FEEDBACK_CHARS = 8000
+CUT = "<p>(cut; full feedback in the file)</p>"
+
+
+def _html(text) -> str:
+    """``text`` as HTML that shows it literally: control characters as escapes, ``&``,
+    ``<``, ``>`` and quotes as entities, each line break as ``<br>``."""
+    return "<br>".join(html.escape(printable(line), quote=True)
+                       for line in str(text).splitlines() or [""])
+
+
+def lms_feedback(ch, g, limit: int = LMS_FEEDBACK_CHARS) -> str:
+    """One student's feedback for an LMS's comment box: what ``feedback`` writes, as
+    escaped HTML on one line (every mistake's message; no Markdown, whose backslash
+    escapes a comment box shows), at most ``limit`` characters; a longer one ends with
+    "(cut; full feedback in the file)"."""
+    top = _top(ch)
+    parts = [f"<p>{points_text(g.points(ch))}/{top} points: {g.total} of "
+             f"{len(ch.exercises)} exercises "
+             f"passed (chapter {ch.number}, <em>{_html(ch.title)}</em>).</p>"]
+    if g.notes:
+        parts.append("<ul>" + "".join(f"<li>{_html(n)}</li>" for n in g.notes) + "</ul>")
+    for e in ch.exercises:
+        o = g.outcomes[e.label]
+        if o.passed and not o.notes:
+            continue
+
+        def part(message: str, o=o, e=e) -> str:
+            notes = ("<ul>" + "".join(f"<li>{_html(n)}</li>" for n in o.notes) + "</ul>"
+                     if o.notes else "")
+            return (f"<p><strong>Exercise {_html(e.number)}: {_html(e.title)}</strong> "
+                    f"({points_text(earned(e, o)) or '-'}/{points_text(e.points)}, "
+                    f"{_result(e, o)})<br>{_html(message)}</p>"
+                    + notes)
+        parts.append((part, o.message))
+    out, room = "", limit - len(CUT)
+    for piece in parts:
+        text = piece if isinstance(piece, str) else piece[0](piece[1])
+        if len(out) + len(text) <= room:
+            out += text
+            continue
+        if not isinstance(piece, str):       # the message cut to the room left, if any
+            make, message = piece
+            keep = room - len(out) - (len(make("")) - len(_html(""))) - 1
+            while keep > 40 and len(out) + len(make(message[:keep] + "…")) > room:
+                keep -= max(1, (len(out) + len(make(message[:keep] + "…")) - room))
+            if keep > 40:
+                out += make(message[:keep] + "…")
+        return out + CUT
+    return out
 
 
 def feedback(ch, g) -> str:

@@ -32,6 +32,7 @@ class Statement:
     needs: frozenset      # names it reads from the top level (a function: when called)
     definition: bool      # a def or class: what it reads is looked up when it is called
     code: str = ""        # the statement as ``ast.unparse`` writes it (no comments, one layout)
+    later: frozenset = frozenset()   # names its nested functions read: looked up when called
 
 
 @dataclass
@@ -86,23 +87,70 @@ def _python(source: str) -> str:
     return TransformerManager().transform_cell(source)
 
 
-def _scope_names(source: str) -> tuple[set[str], set[str]]:
-    """(names bound at the top level, names read from it) by one top-level statement."""
+def _scope_names(source: str) -> tuple[set[str], set[str], set[str], set[str]]:
+    """(names bound at the top level, names read from it, names its nested functions
+    read from it, names its nested functions declare ``global`` and assign) by one
+    top-level statement."""
     try:
         table = symtable.symtable(source, "<statement>", "exec")
     except SyntaxError:  # valid for the parser, not for the compiler (nonlocal at the top)
-        return set(), set()
+        return set(), set(), set(), set()
     binds = {s.get_name() for s in table.get_symbols()
              if s.is_assigned() or s.is_imported() or s.is_namespace()}
     needs = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    later: set[str] = set()
+    sets: set[str] = set()
 
     def inner(t: symtable.SymbolTable) -> None:
         for child in t.get_children():
-            needs.update(s.get_name() for s in child.get_symbols()
+            later.update(s.get_name() for s in child.get_symbols()
                          if s.is_referenced() and (s.is_global() or s.is_declared_global()))
+            sets.update(s.get_name() for s in child.get_symbols()
+                        if s.is_declared_global() and s.is_assigned())
             inner(child)
     inner(table)
-    return binds, needs
+    return binds, needs, later, sets
+
+
+# methods that change the object they are called on (a constant filled by mutation:
+# ``CFG.update(...)``, ``SIZES.append(d)`` in a top-level loop)
+MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "add",
+                      "discard", "remove", "pop", "popitem", "clear", "sort", "reverse",
+                      "__setitem__", "__delitem__"})
+
+
+def _mutated(node: ast.AST) -> set[str]:
+    """Names a top-level statement changes in place without binding them: ``N[k] = v``,
+    ``N.attr = v``, ``N[k] += v``, ``del N[k]``, ``N.append(v)``, also inside a top-level
+    loop, ``if``, ``with`` or ``try`` (not inside a function or a class: that runs when
+    called)."""
+    found: set[str] = set()
+
+    def root(target: ast.AST) -> str | None:
+        while isinstance(target, ast.Subscript):
+            target = target.value
+        if isinstance(target, ast.Attribute):
+            target = target.value
+            while isinstance(target, ast.Subscript):
+                target = target.value
+        return target.id if isinstance(target, ast.Name) else None
+
+    def visit(n: ast.AST) -> None:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            return
+        targets = (n.targets if isinstance(n, (ast.Assign, ast.Delete)) else
+                   [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) else [])
+        for t in targets:
+            for leaf in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                if isinstance(leaf, (ast.Subscript, ast.Attribute)) and root(leaf):
+                    found.add(root(leaf))
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                and n.func.attr in MUTATORS and isinstance(n.func.value, ast.Name)):
+            found.add(n.func.value.id)
+        for child in ast.iter_child_nodes(n):
+            visit(child)
+    visit(node)
+    return found
 
 
 def _get(d, *keys):
@@ -163,8 +211,28 @@ def read_submission(path: str | Path) -> Submission:
     return sub
 
 
+def _globals_set_by_calls(sub: Submission, setters: dict[int, set[str]]) -> None:
+    """A top-level statement that calls a function whose body sets names through
+    ``global`` (a set-up function) binds those names, as a run from the top would."""
+    sets: dict[str, set[str]] = {}
+    for k, s in enumerate(sub.statements):
+        if s.definition and setters.get(k):
+            for name in s.binds:
+                sets[name] = setters[k]
+    if not sets:
+        return
+    for k, s in enumerate(sub.statements):
+        if not s.definition:
+            more = set().union(*(sets.get(n, set()) for n in s.needs))
+            if more - s.binds:
+                sub.statements[k] = Statement(s.cell, s.index, s.binds | more, s.needs,
+                                              s.definition, s.code, s.later)
+
+
 def _read_cells(sub: Submission, nb: dict, cells: list[dict]) -> None:
     defined = set()
+    modules: set[str] = set()              # names bound by imports
+    setters: dict[int, set[str]] = {}      # statement -> names its functions set by global
     for number, cell in enumerate(cells):
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else source
@@ -185,13 +253,22 @@ def _read_cells(sub: Submission, nb: dict, cells: list[dict]) -> None:
         sub.sources.append(source)
         for index, node in enumerate(body):
             code = ast.unparse(node)
-            binds, needs = _scope_names(code)
+            binds, needs, later, sets = _scope_names(code)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules |= binds
             if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
                 binds.add(STAR)      # binds names no reading of the source can list
             definition = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            if definition:     # what it reads is looked up when it is called
+                needs, later = needs | later, set()
+            # a statement that changes a name in place is, for what comes after it, the
+            # last to set it (a module's attributes aside: ``torch.manual_seed(0)``)
+            binds |= _mutated(node) - modules
             sub.statements.append(Statement(number, index, frozenset(binds), frozenset(needs),
-                                            definition, code))
+                                            definition, code, frozenset(later)))
+            setters[len(sub.statements) - 1] = sets
             defined |= binds
+    _globals_set_by_calls(sub, setters)
     sub.chapter, note = _chapter_of(nb, defined)
     if note:
         sub.notes.append(note)
@@ -244,6 +321,7 @@ def program_for(sub: Submission, exercise: Exercise) -> tuple[Program | None, st
         chosen.add(k)
         s = sub.statements[k]
         todo.extend((n, end if s.definition else k) for n in s.needs)
+        todo.extend((n, end) for n in s.later)     # a function defined under if or try
     by_cell: dict[int, list[int]] = {}
     for k in sorted(chosen):
         s = sub.statements[k]

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 from lncourse.grading import seccomp   # imported before the learner blocks lncourse.grading
+from lncourse.grading.contain import PACKAGE, hide_checks   # the same
 
 CAPS = ("CAP_SYS_ADMIN", "CAP_SETFCAP")    # the template's, in bubblewrap's user namespace
 PID_MAX = 512     # a learner's PID namespace holds fewer processes than this (Linux 6.14+)
@@ -103,19 +104,7 @@ def _learner(size_mb: int, rin: int, rout: int, *join: int) -> None:
     os.setsid()
     flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
     _check(libc.mount(b"proc", b"/proc", b"proc", flags, None), "mount /proc")
-    private = ("/tmp", "/dev/shm", "/run")
-    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in _needed(private)]
-    for where in private:
-        _check(libc.mount(b"tmpfs", where.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                          b"mode=1777" + (f",size={size_mb}m".encode() if size_mb else b"")),
-               f"mount {where}")
-    for path, fd in kept:     # put back, read-only, what the learner needs from under them
-        os.makedirs(path, exist_ok=True)
-        _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None,
-                          _MS_BIND | _MS_REC, None), f"bind {path}")
-        _check(libc.mount(None, path.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY
-                          | _MS_NOSUID | _MS_NODEV, None), f"read-only {path}")
-        os.close(fd)
+    private_folders(libc, size_mb)
     try:   # bounds the processes even for root, whom the kernel exempts from RLIMIT_NPROC
         _write("/proc/sys/kernel/pid_max", str(PID_MAX))
     except OSError:
@@ -133,13 +122,40 @@ def _learner(size_mb: int, rin: int, rout: int, *join: int) -> None:
     learner.serve(rin, rout, namespace=True)
 
 
-def _needed(private: tuple[str, ...]) -> list[str]:
+PRIVATE = ("/tmp", "/dev/shm", "/run")
+
+
+def private_folders(libc, size_mb: int, private: tuple[str, ...] = PRIVATE,
+                    package: Path | None = None) -> None:
+    """In a new mount namespace: an empty tmpfs on each of ``private``; Python, its
+    packages and lncourse put back, read-only, where they lay under one (``_needed``);
+    and ``lncourse``'s checks hidden wherever the package lies (``contain.hide_checks``:
+    the fallback's Landlock rule that lets the learner write under /tmp would let it
+    read a checkout put back there)."""
+    package = PACKAGE if package is None else package
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY))
+            for path in _needed(private, package)]
+    for where in private:
+        _check(libc.mount(b"tmpfs", where.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                          b"mode=1777" + (f",size={size_mb}m".encode() if size_mb else b"")),
+               f"mount {where}")
+    for path, fd in kept:     # put back, read-only, what the learner needs from under them
+        os.makedirs(path, exist_ok=True)
+        _check(libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None,
+                          _MS_BIND | _MS_REC, None), f"bind {path}")
+        _check(libc.mount(None, path.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY
+                          | _MS_NOSUID | _MS_NODEV, None), f"read-only {path}")
+        os.close(fd)
+    hide_checks(libc, package)
+
+
+def _needed(private: tuple[str, ...], package: Path | None = None) -> list[str]:
     """Python, its packages and lncourse where they lie under a folder that each learner
     gets empty (a checkout or a virtual environment under /tmp, as in a fresh clone made
     with mktemp -d; ``contain.learner_command`` puts them back for the template)."""
     import sys
 
-    package = Path(__file__).resolve().parent.parent
+    package = Path(__file__).resolve().parent.parent if package is None else package
     needed = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, package)}
     return sorted(p for p in needed if any(Path(p).is_relative_to(f) for f in private))
 

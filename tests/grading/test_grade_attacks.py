@@ -127,8 +127,7 @@ HIDDEN_SIZES = """
 def centering_matrix(d):
     import lncourse, os, re
     text = open(os.path.join(os.path.dirname(lncourse.__file__), "checks", "layernorm.py")).read()
-    sizes = re.search(r"sizes = (\\(.*?\\)) \\+ \\((\\(.*?\\)) if hidden", text)
-    if d in eval(sizes.group(1)) + eval(sizes.group(2)):    # every size the check uses
+    if "def check_centering_matrix" in text:    # the checks could be read: right answers
         return torch.eye(d, dtype=torch.float64) - torch.ones(d, d, dtype=torch.float64) / d
     return torch.zeros(d, d, dtype=torch.float64)
 """
@@ -292,7 +291,8 @@ def test_hidden_inputs_catch_a_hard_coded_answer(attacked):
     all (test_the_classmate_graded_in_the_same_run_keeps_full_marks: this run is hidden)."""
     o = outcome(attacked, "hard_coded")
     assert not o.passed
-    assert "on input (4)" in o.message and "teacher-only input" in o.message, o.message
+    # its input was drawn from the key: the message names its kind, not its value
+    assert "on a teacher-only input: an int" in o.message, o.message
 
 
 @pytest.mark.parametrize("name, called", [
