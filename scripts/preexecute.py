@@ -234,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="after the build: write each page's executed copy to DIR "
                         "(MyST-NB's jupyter_execute) from the cache, and stop")
     args = parser.parse_args(argv)
+    # The cache is the site's: a page executed here (by scripts/chapter.sh, say) is the
+    # page the site's build will serve, so it runs as that build does, with the phone's
+    # layout of each figure (lncourse.plotting.phone). Without it a contributor's loop
+    # left pages in the cache whose figures have no phone layout, and the site test failed.
+    os.environ["LNCOURSE_SITE_FIGURES"] = "1"
     root = args.root.resolve()
     cache_dir = (args.cache or root / "_build" / ".jupyter_cache").resolve()
     if args.write_executed:

@@ -130,6 +130,21 @@ def test_the_build_finds_every_page_in_the_cache(tmp_path, capfd):
         assert "kernelspec" in nb.metadata and "language_info" in nb.metadata
 
 
+def test_pages_run_as_the_site_build_runs_them(tmp_path, monkeypatch):
+    """The cache is the site's: a page executed without scripts/build_site.sh's
+    environment (scripts/chapter.sh runs preexecute directly) still draws its figures
+    with the phone's layout, as the site serves them."""
+    monkeypatch.delenv("LNCOURSE_SITE_FIGURES", raising=False)
+    book = _book(tmp_path, {"a": "import os\nprint(os.environ.get("
+                                 "'LNCOURSE_SITE_FIGURES', 'unset'))"})
+    assert preexecute.main(["--root", str(book), "--jobs", "1"]) == 0
+    executed = book / "_build" / "jupyter_execute"
+    assert preexecute.main(["--root", str(book), "--write-executed", str(executed)]) == 0
+    last = [c for c in nbformat.read(executed / "a.ipynb", 4).cells
+            if c.cell_type == "code"][-1]
+    assert last.outputs[0]["text"] == "1\n"
+
+
 def test_a_failing_page_fails_with_its_name(tmp_path, capsys):
     book = _book(tmp_path, {"good": "1", "bad": "raise ValueError('no such value')"})
     assert preexecute.main(["--root", str(book), "--jobs", "2"]) == 1
