@@ -83,7 +83,7 @@ def test_the_books_shared_runs_are_found(tmp_path):
     chains = [[Path(p).stem for p in g] for g in groups if len(g) > 1]
     assert ["02_unselectable_keys", "02_unselectable_keys_replication"] in chains
     assert ["03_majority", "03_majority_replication"] in chains
-    assert sum(map(len, groups)) == 10                 # every notebook page, once
+    assert sum(map(len, groups)) == 12                 # every notebook page, once
 
 
 def test_runs_shared_through_a_page_join_one_group():
