@@ -1,7 +1,7 @@
 """The reader's paths, in environments of their own: Colab, and ``requirements.txt``.
 
-Colab, simulated faithfully (issue 33): a bare virtual environment holding Colab's own
-versions of what lncourse and the chapters touch (``venvs.COLAB``: the pins of Colab's
+Colab, simulated faithfully (issues 33, 61): a bare virtual environment holding Colab's own
+versions of what lncourse and the chapters touch (``venvs.COLAB_PINS``: the pins of Colab's
 published package list, no myst-nb), a stand-in ``google.colab`` module imported at
 kernel start, and lncourse installed the way the real first cell installs it: the
 code-only wheel the site publishes (``scripts/publish.py``, built here and published at a
@@ -13,8 +13,10 @@ results the chapter loads are downloaded from beside the wheel, as from the site
   Colab environment (``venvs.cached``): "Run all" reaches the end (each stub's check
   prints "not done yet"), Colab's versions stay
   as they were, and the first cell's time is reported.
-- ``test_colab_student_notebooks`` (slow): every chapter's student notebook in one fresh
-  Colab environment.
+- ``test_colab_student_notebooks`` (slow): every chapter's student notebook in Colab as
+  it is: Python 3.13 and the package index's torch of Colab's release (a CUDA build that
+  runs on the CPU) with the same pins (``venvs.COLAB_313``), cached since it downloads
+  several GB.
 
 The reader's own environment: ``pip install -r requirements.txt`` takes the newest
 version of everything (torch stays the local CPU wheel), not CI's lock.
