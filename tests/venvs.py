@@ -1,8 +1,10 @@
 """Fresh virtual environments for the tests of the reader's paths (Colab, requirements.txt).
 
 Each environment is a bare ``python -m venv`` (never ``--system-site-packages``): it sees
-nothing of the project's ``.venv``. torch is always the local CPU wheel, pinned
-(``TORCH``); everything else comes unpinned from the package index, as a reader gets it.
+nothing of the project's ``.venv``. torch is the local CPU wheel, pinned (``TORCH``),
+except in the slow suite's Colab (``COLAB_313``: Python 3.13 and Colab's torch release
+from the package index); everything else comes from the package index, as a reader gets
+it (unpinned, except Colab's pins).
 The one exception is :func:`overlay`, the reduced form of the reader's environment: a venv
 layered over the project's, which installs only what the newest versions change.
 """
@@ -21,20 +23,36 @@ from pathlib import Path
 from conftest import ROOT
 
 TORCH = "torch==2.13.0"           # the local CPU wheel (never unpinned: that is GBs of CUDA)
-# Colab as its readers get it (issue 33): the versions of Colab's published package list
-# (github.com/googlecolab/backend-info, pip-freeze.gpu.txt, read 2026-08) of everything
-# lncourse and the chapters touch, and of the kernel that runs them. No myst-nb: Colab
-# has none. Two differences, for want of wheels: Colab runs Python 3.13.15 and torch
-# 2.11.0+cu128; the package index holds no CPU torch for Python 3.13 and this machine's
-# CPU wheel is torch 2.13.0 for Python 3.11, so the simulation runs the machine's Python
-# (3.11) with that wheel. To refresh when Colab moves: read the new pip-freeze.gpu.txt
-# and copy the versions of these names into COLAB_PINS (README, "Publishing").
+# Colab as its readers get it (issues 33, 61): the versions of Colab's published package
+# list (github.com/googlecolab/backend-info, pip-freeze.gpu.txt, read 2026-08) of
+# everything lncourse and the chapters touch, and of the kernel that runs them. No myst-nb:
+# Colab has none. Colab runs Python 3.13.15 and torch 2.11.0+cu128. Two environments hold
+# these pins:
+# - COLAB (CI's `colab` task, chapter 1): this machine's Python (3.11) with the local CPU
+#   wheel, torch 2.13.0, built in about 80 s from nothing but small downloads, so that it
+#   fits the test command's budget; Python and torch are not Colab's.
+# - COLAB_313 (the slow suite, every chapter): Colab's Python minor version (3.13; its
+#   patch release is whatever COLAB_BASE finds, 3.13.0 on this machine) and Colab's torch
+#   release from the package index, torch==2.11.0: a CUDA build (several GB to download,
+#   hence cached and slow) that runs on the CPU. Only the local build tag differs
+#   (+cu128 on Colab).
+# To refresh when Colab moves: read the new pip-freeze.gpu.txt and copy the versions of
+# these names into COLAB_PINS, COLAB_PYTHON and COLAB_TORCH (AUTHORING.md, "Publishing").
 COLAB_PINS = {"numpy": "2.1.3", "scipy": "1.16.3", "matplotlib": "3.10.0",
               "ipywidgets": "7.7.1", "ipython": "7.34.0", "ipykernel": "6.17.1",
               "tqdm": "4.67.3", "safetensors": "0.8.0", "tokenizers": "0.22.2"}
-COLAB_PYTHON, COLAB_TORCH = "3.13.15", "2.11.0+cu128"   # Colab's; see above for ours
+COLAB_PYTHON, COLAB_TORCH = "3.13.15", "2.11.0+cu128"   # Colab's
 COLAB = [TORCH, *(f"{name}=={version}" for name, version in COLAB_PINS.items()),
          "packaging"]             # Colab has packaging (the first cell reads versions with it)
+COLAB_313_TORCH = f"torch=={COLAB_TORCH.split('+')[0]}"   # the index's: a CUDA build
+COLAB_313 = [COLAB_313_TORCH, *COLAB[1:]]
+# The interpreter COLAB_313 is built on: $LNCOURSE_COLAB_PYTHON, else pyenv's newest 3.13
+# (not by PATH: pyenv's shim for python3.13 is found there and fails unless 3.13 is
+# selected); None where the machine has none (the test is then skipped).
+COLAB_BASE = os.environ.get("LNCOURSE_COLAB_PYTHON") or next(
+    (str(p) for p in sorted(Path.home().glob(".pyenv/versions/3.13.*/bin/python3.13"),
+                            key=lambda p: [int(n) for n in p.parts[-3].split(".")[:3]
+                                           if n.isdigit()], reverse=True)), None)
 RUNNER = ["nbclient"]             # executes the notebooks (Colab's own kernel is pinned)
 # Cached environments live here (LNCOURSE_VENV_CACHE moves them, for example out of a
 # fresh clone); one older than MAX_AGE is rebuilt, so "newest" is at most a week old.
@@ -97,13 +115,18 @@ def _torch() -> str:
     return str(wheels[0]) if wheels and UV.exists() else TORCH
 
 
-def create(path: Path, packages: list[str] = (), requirements: Path | None = None) -> Path:
-    """A bare venv at ``path`` with ``packages`` (and ``requirements``); returns its python."""
+def create(path: Path, packages: list[str] = (), requirements: Path | None = None,
+           base: str | None = None, torch: str | None = None) -> Path:
+    """A bare venv at ``path`` with ``packages`` (and ``requirements``); returns its python.
+
+    ``base`` is the interpreter it is made from (by default the one running the tests);
+    ``torch`` the torch it gets first (by default the local CPU wheel)."""
     shutil.rmtree(path, ignore_errors=True)
-    base = getattr(sys, "_base_executable", sys.executable)
+    base = base or getattr(sys, "_base_executable", sys.executable)
     run([base, "-m", "venv", str(path)])
     python = path / "bin" / "python"
-    install(python, _torch())  # alone first, so that nothing else can pull a CUDA build
+    torch = torch or _torch()
+    install(python, torch)  # alone first, so that nothing else can pull another build
     extra = ["-r", str(requirements), "-c", str(_torch_pin(path))] if requirements else []
     install(python, *packages, *extra)
     return python
@@ -158,23 +181,31 @@ def freeze(python: Path) -> set[str]:
     return {d.name.split("-")[0].lower().replace("_", "-") for d in site.glob("*.dist-info")}
 
 
-def cached(name: str, packages: list[str]) -> Path:
-    """A bare venv with ``packages``, kept in ``CACHE`` and restored to exactly them.
+def cached(name: str, packages: list[str], base: str | None = None,
+           torch: str | None = None) -> Path:
+    """A bare venv with ``packages`` (made from ``base``, with ``torch`` first: see
+    :func:`create`), kept in ``CACHE`` and restored to exactly them.
 
-    Rebuilt when the package list changes or the environment is older than ``MAX_AGE``;
-    otherwise whatever a previous test installed into it is uninstalled first.
+    Rebuilt when the package list or the interpreter changes or the environment is older
+    than ``MAX_AGE``; otherwise whatever a previous test installed into it is uninstalled
+    first. The stamp records how long the build took.
     """
     path = CACHE / name
     python, stamp = path / "bin" / "python", path / "lncourse-stamp.json"
-    key = hashlib.sha256(json.dumps([packages, sys.version]).encode()).hexdigest()
+    version = sys.version if base is None else run(
+        [base, "-c", "import sys; print(sys.version)"]).stdout
+    key = hashlib.sha256(json.dumps([packages, version] + ([torch] if torch else [])
+                                    ).encode()).hexdigest()
     try:
         state = json.loads(stamp.read_text())
         fresh = state["key"] == key and time.time() - state["created"] < MAX_AGE
     except (OSError, ValueError, KeyError):
         fresh = False
     if not (fresh and python.exists()):
-        create(path, packages)
+        start = time.time()
+        create(path, packages, base=base, torch=torch)
         stamp.write_text(json.dumps({"key": key, "created": time.time(),
+                                     "build_seconds": round(time.time() - start),
                                      "installed": sorted(freeze(python))}))
         return python
     extra = freeze(python) - set(json.loads(stamp.read_text())["installed"])

@@ -1,7 +1,7 @@
 """The reader's paths, in environments of their own: Colab, and ``requirements.txt``.
 
-Colab, simulated faithfully (issue 33): a bare virtual environment holding Colab's own
-versions of what lncourse and the chapters touch (``venvs.COLAB``: the pins of Colab's
+Colab, simulated faithfully (issues 33, 61): a bare virtual environment holding Colab's own
+versions of what lncourse and the chapters touch (``venvs.COLAB_PINS``: the pins of Colab's
 published package list, no myst-nb), a stand-in ``google.colab`` module imported at
 kernel start, and lncourse installed the way the real first cell installs it: the
 code-only wheel the site publishes (``scripts/publish.py``, built here and published at a
@@ -13,8 +13,10 @@ results the chapter loads are downloaded from beside the wheel, as from the site
   Colab environment (``venvs.cached``): "Run all" reaches the end (each stub's check
   prints "not done yet"), Colab's versions stay
   as they were, and the first cell's time is reported.
-- ``test_colab_student_notebooks`` (slow): every chapter's student notebook in one fresh
-  Colab environment.
+- ``test_colab_student_notebooks`` (slow): every chapter's student notebook in Colab as
+  it is: Python 3.13 and the package index's torch of Colab's release (a CUDA build that
+  runs on the CPU) with the same pins (``venvs.COLAB_313``), cached since it downloads
+  several GB.
 
 The reader's own environment: ``pip install -r requirements.txt`` takes the newest
 version of everything (torch stays the local CPU wheel), not CI's lock.
@@ -33,6 +35,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -98,11 +101,12 @@ def test_each_chapter_installs_only_the_data_it_reads():
 
 
 PROBE = (
-    "import json, sys, lncourse\n"
+    "import json, platform, sys, lncourse\n"
     "from importlib import metadata\n"
     "from lncourse import results\n"
     "print(json.dumps({'lncourse': lncourse.__file__, 'colab': 'google.colab' in sys.modules,\n"
     "                  'results': str(results.RESULTS_DIR),\n"
+    "                  'python': platform.python_version(), 'torch': metadata.version('torch'),\n"
     "                  'versions': {n: metadata.version(n) for n in PINS}}))")
 
 
@@ -124,12 +128,14 @@ def _run_student(python, source, tmp_path, monkeypatch, wheel, timeout=1200):
     return executed
 
 
-def _check_student(executed, python):
+def _check_student(executed, python, python_version="", torch_version=""):
     """Nothing failed: "Run all" reached the end with every stub unfinished, each
     exercise's check printing "not done yet" (issue 61, item 4); lncourse came from the wheel
     into the Colab environment; Colab's pinned versions are untouched (nothing was
-    upgraded); the stored results came from the published archives. Returns the first
-    cell's wall time, s."""
+    upgraded); the stored results came from the published archives; the kernel ran the
+    Python and the torch whose versions (torch's without its local tag) begin with
+    those given. Returns the first cell's
+    wall time, s."""
     errors = venvs.errors(executed)
     assert not errors, errors
     for cell in executed.cells:
@@ -141,6 +147,8 @@ def _check_student(executed, python):
     assert report["lncourse"].startswith(str(python.parent.parent)), report
     assert report["colab"], report
     assert report["versions"] == venvs.COLAB_PINS, report["versions"]
+    assert report["python"].startswith(python_version), report["python"]
+    assert report["torch"].split("+")[0].startswith(torch_version), report["torch"]
     assert "lncourse-cache" in report["results"], report       # not a checkout's results/
     timing = executed.cells[0].metadata.get("execution", {})
     start, end = (datetime.datetime.fromisoformat(timing[k].replace("Z", "+00:00"))
@@ -164,20 +172,38 @@ def test_colab_chapter1_student(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.stored_files("publishes the stored results as archives for the simulated "
+                          "Colab to download; compares none of their numbers")
+@pytest.mark.skipif(venvs.COLAB_BASE is None, reason="no Python 3.13 on this machine")
 def test_colab_student_notebooks(tmp_path, monkeypatch):
-    """Every chapter's student notebook in one fresh simulated Colab: each first cell
-    installs what its chapter reads, and "Run all" reaches the end with every stub left."""
-    python = venvs.create(tmp_path / "venv", venvs.COLAB + venvs.RUNNER)
+    """Every chapter's student notebook in Colab as it is (issue 61, item 7): Python 3.13
+    and the package index's torch of Colab's release (a CUDA build, run on the CPU)
+    beside Colab's pins, in a cached environment (``venvs.COLAB_313``; several GB to
+    build, hence slow): each first cell installs what its chapter reads, and "Run all"
+    reaches the end with every stub left, as in chapter 1's fast test."""
+    python = venvs.cached("colab-3.13", venvs.COLAB_313 + venvs.RUNNER,
+                          base=venvs.COLAB_BASE, torch=venvs.COLAB_313_TORCH)
+    assert "lncourse" not in venvs.freeze(python) and "myst-nb" not in venvs.freeze(python)
+    versions = json.loads(venvs.run([str(python), "-c", (
+        "import json, platform, torch; print(json.dumps("
+        "[platform.python_version(), torch.__version__]))")]).stdout)
+    print("Colab 3.13 environment: Python %s, torch %s" % tuple(versions))
+    python_version = ".".join(venvs.COLAB_PYTHON.split(".")[:2]) + "."
+    torch_version = venvs.COLAB_313_TORCH.split("==")[1]   # the metadata has no +cu130
     wheel = venvs.build_wheel(tmp_path / "site")
     failed, times = {}, {}
     for source in chapter_sources(ROOT):
+        start = time.time()
         try:
             # a busy machine is slow, not broken: an hour per page (issue 19)
-            times[source.stem] = _check_student(
-                _run_student(python, source, tmp_path, monkeypatch, wheel, 3600), python)
+            first = _check_student(
+                _run_student(python, source, tmp_path, monkeypatch, wheel, 3600), python,
+                python_version, torch_version)
+            times[source.stem] = (round(first, 1), round(time.time() - start, 1))
         except AssertionError as err:
             failed[source.stem] = str(err)[-1500:]
-    print("first cells:", {k: round(v, 1) for k, v in times.items()})
+        print(f"{source.stem}: {time.time() - start:.0f} s", flush=True)
+    print("(first cell, whole notebook), s:", times)
     assert not failed, failed
 
 
