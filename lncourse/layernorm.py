@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from lncourse.modes import scaled
 
 __all__ = [
-    "project", "scale", "projection_matrix", "layer_norm", "rms_norm",
+    "project", "scale", "projection_matrix", "abs_cos_ones", "layer_norm", "rms_norm",
     "FactorizedLayerNorm", "validate_vectors", "scaled_rows", "GeometryConfig",
     "NORMS", "NORM_ALIASES", "make_norm", "RMSNorm", "qk_norm_scores", "HeadRMSNorm", "DyT", "unit",
     "NGPTUpdate", "PeriLN",
@@ -147,6 +147,13 @@ def projection_matrix(d: int, dtype: torch.dtype = torch.float32,
                         f"-1/{d}, which an integer dtype rounds to 0 (leaving the identity)")
     eye = torch.eye(d, dtype=dtype, device=device)
     return eye - torch.full((d, d), 1.0 / d, dtype=dtype, device=device)
+
+
+def abs_cos_ones(h: Tensor) -> Tensor:
+    """|cos(h_t, 1)| per token, the share of each vector along 1 that the projection
+    removes (its square is the share of ‖h_t‖²): (..., d) -> (...)."""
+    d = h.shape[-1]
+    return (h.sum(-1) / (h.norm(dim=-1) * math.sqrt(d))).abs()
 
 
 def layer_norm(x: Tensor, eps: float = 0.0) -> Tensor:

@@ -22,14 +22,10 @@ import math
 import torch
 from torch import Tensor
 
+from lncourse.layernorm import abs_cos_ones   # the core's (chapter 1 measures it too)
+
 __all__ = ["abs_cos_ones", "chance_abs_cos", "abs_cos_random", "token_rms", "rms_spread",
            "massive_ratio", "saturation", "passage_stats", "STATS"]
-
-
-def abs_cos_ones(h: Tensor) -> Tensor:
-    """|cos(h_t, 1)| per token: (T, d) -> (T,)."""
-    d = h.shape[-1]
-    return (h.sum(-1) / (h.norm(dim=-1) * math.sqrt(d))).abs()
 
 
 def chance_abs_cos(d: int) -> float:

@@ -33,7 +33,6 @@ resuming from ``results/checkpoints/geometry_projection_<preset>.pt`` passage by
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from lncourse.attention import self_attention
+from lncourse.layernorm import abs_cos_ones
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.text import passages
 
@@ -73,8 +73,7 @@ PRESETS = {"quick": ProjectionConfig.quick, "paper": ProjectionConfig.paper}
 
 def share_along_ones(h: Tensor) -> Tensor:
     """|mean(h_t)| √d / ‖h_t‖ = |cos(h_t, 1)| per token, in float64: (T, d) -> (T,)."""
-    h = h.double()
-    return h.mean(-1).abs() * math.sqrt(h.shape[-1]) / h.norm(dim=-1)
+    return abs_cos_ones(h.double())
 
 
 def without_projection(norm: nn.LayerNorm, h: Tensor) -> Tensor:
