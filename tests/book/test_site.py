@@ -72,6 +72,22 @@ def browser(tmp_path_factory):
         browser.close()
 
 
+def _typeset(page):
+    """Wait until MathJax has typeset the page (Sphinx loads it only on pages with math)."""
+    if page.locator(".math").count():
+        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                               timeout=20000)
+        page.evaluate("() => MathJax.startup.promise")
+
+
+def _open_phone(browser, server, page_path):
+    """``page_path`` loaded and typeset on a 390 x 844 phone screen at 2x."""
+    page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+    page.goto(f"{server}/{page_path}", wait_until="load")
+    _typeset(page)
+    return page
+
+
 def _open(browser, server, page_path):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     problems = []
@@ -84,10 +100,7 @@ def _open(browser, server, page_path):
     page.on("request", lambda r: problems.append(f"external request: {r.url}")
             if not r.url.startswith(server) and not r.url.startswith("data:") else None)
     page.goto(f"{server}/{page_path}", wait_until="load")
-    if page.locator(".math").count():  # Sphinx loads MathJax only on pages with math
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
-                               timeout=20000)
-        page.evaluate("() => MathJax.startup.promise")
+    _typeset(page)
     return page, problems
 
 
@@ -258,12 +271,7 @@ def test_a_phone_shows_the_page_without_sideways_scrolling_and_figures_readable(
     is wider than the column; every figure keeps its shape (they were squashed sideways to 0.34-0.53
     of their aspect ratio) and is the phone's layout, its smallest text at least
     PHONE_MIN_FIGURE_TEXT_PX (25 of 28 figures were under 9 px, multi-panel ones 5 px)."""
-    page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
-    page.goto(f"{server}/{page_path}", wait_until="load")
-    if page.locator(".math").count():
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
-                               timeout=20000)
-        page.evaluate("() => MathJax.startup.promise")
+    page = _open_phone(browser, server, page_path)
     over = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
     wide_tables = page.evaluate(_SCROLLING_TABLES)      # issue 36: inside the column too
     images = page.evaluate(_IMAGES)
@@ -331,12 +339,7 @@ def test_a_phone_shows_where_equations_and_outputs_scroll(browser, server, page_
     column scrolls inside its own box (it is not cut by the page), and shows a shadow on the
     side where more is hidden (book/_static/lncourse.css), which goes when the reader has
     scrolled to the end."""
-    page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
-    page.goto(f"{server}/{page_path}", wait_until="load")
-    if page.locator(".math").count():
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise",
-                               timeout=20000)
-        page.evaluate("() => MathJax.startup.promise")
+    page = _open_phone(browser, server, page_path)
     boxes = page.evaluate(_WIDE_BOXES)
     page.add_style_tag(content=_NO_TEXT)
     problems = []
