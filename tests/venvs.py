@@ -11,6 +11,8 @@ layered over the project's, which installs only what the newest versions change.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -181,8 +183,45 @@ def freeze(python: Path) -> set[str]:
     return {d.name.split("-")[0].lower().replace("_", "-") for d in site.glob("*.dist-info")}
 
 
+# How long a test waits for another run (a second pytest, a helper's worktree sharing
+# LNCOURSE_VENV_CACHE) to finish with a cached environment: the slow Colab test holds
+# its environment for up to an hour per page.
+LOCK_WAIT = 6 * 3600
+
+
+@contextlib.contextmanager
 def cached(name: str, packages: list[str], base: str | None = None,
-           torch: str | None = None) -> Path:
+           torch: str | None = None, wait: float = LOCK_WAIT):
+    """``with cached(...) as python``: the cached environment ``name`` (see
+    :func:`_prepare`), held alone for the block.
+
+    An exclusive lock (``CACHE/<name>.lock``, ``flock``) covers the rebuild or clean-up
+    and the test's own installs and runs, so two runs sharing the cache neither rebuild
+    an environment under each other nor uninstall each other's wheel. The lock goes with
+    the process: a killed run leaves no stale lock. A run that waits longer than
+    ``wait`` seconds stops with a message naming the environment.
+    """
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"{name}.lock", "a") as lock:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"the cached environment {name!r} ({CACHE / name}) is still in "
+                        f"use by another test run after {wait:.0f} s") from None
+                time.sleep(min(1.0, wait))
+        try:
+            yield _prepare(name, packages, base=base, torch=torch)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _prepare(name: str, packages: list[str], base: str | None = None,
+             torch: str | None = None) -> Path:
     """A bare venv with ``packages`` (made from ``base``, with ``torch`` first: see
     :func:`create`), kept in ``CACHE`` and restored to exactly them.
 

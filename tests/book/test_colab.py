@@ -162,13 +162,14 @@ def test_colab_chapter1_student(tmp_path, monkeypatch):
     """Chapter 1's student notebook in the simulated Colab (cached environment): the
     first cell installs the published wheel without touching Colab's packages, and
     nothing fails: each exercise stub's check prints "not done yet"."""
-    python = venvs.cached("colab", venvs.COLAB + venvs.RUNNER)
-    assert "lncourse" not in venvs.freeze(python) and "myst-nb" not in venvs.freeze(python)
-    wheel = venvs.build_wheel(tmp_path / "site")
-    assert wheel.stat().st_size < WHEEL_BYTES, wheel.stat().st_size
-    executed = _run_student(python, CHAPTER1, tmp_path, monkeypatch, wheel)
-    seconds = _check_student(executed, python)
-    print(f"chapter 1's first cell: {seconds:.1f} s (wheel {wheel.stat().st_size / 1e6:.2f} MB)")
+    with venvs.cached("colab", venvs.COLAB + venvs.RUNNER) as python:
+        assert "lncourse" not in venvs.freeze(python) and "myst-nb" not in venvs.freeze(python)
+        wheel = venvs.build_wheel(tmp_path / "site")
+        assert wheel.stat().st_size < WHEEL_BYTES, wheel.stat().st_size
+        executed = _run_student(python, CHAPTER1, tmp_path, monkeypatch, wheel)
+        seconds = _check_student(executed, python)
+        print(f"chapter 1's first cell: {seconds:.1f} s "
+              f"(wheel {wheel.stat().st_size / 1e6:.2f} MB)")
 
 
 @pytest.mark.slow
@@ -181,30 +182,30 @@ def test_colab_student_notebooks(tmp_path, monkeypatch):
     beside Colab's pins, in a cached environment (``venvs.COLAB_313``; several GB to
     build, hence slow): each first cell installs what its chapter reads, and "Run all"
     reaches the end with every stub left, as in chapter 1's fast test."""
-    python = venvs.cached("colab-3.13", venvs.COLAB_313 + venvs.RUNNER,
-                          base=venvs.COLAB_BASE, torch=venvs.COLAB_313_TORCH)
-    assert "lncourse" not in venvs.freeze(python) and "myst-nb" not in venvs.freeze(python)
-    versions = json.loads(venvs.run([str(python), "-c", (
-        "import json, platform, torch; print(json.dumps("
-        "[platform.python_version(), torch.__version__]))")]).stdout)
-    print("Colab 3.13 environment: Python %s, torch %s" % tuple(versions))
-    python_version = ".".join(venvs.COLAB_PYTHON.split(".")[:2]) + "."
-    torch_version = venvs.COLAB_313_TORCH.split("==")[1]   # the metadata has no +cu130
-    wheel = venvs.build_wheel(tmp_path / "site")
-    failed, times = {}, {}
-    for source in chapter_sources(ROOT):
-        start = time.time()
-        try:
-            # a busy machine is slow, not broken: an hour per page (issue 19)
-            first = _check_student(
-                _run_student(python, source, tmp_path, monkeypatch, wheel, 3600), python,
-                python_version, torch_version)
-            times[source.stem] = (round(first, 1), round(time.time() - start, 1))
-        except AssertionError as err:
-            failed[source.stem] = str(err)[-1500:]
-        print(f"{source.stem}: {time.time() - start:.0f} s", flush=True)
-    print("(first cell, whole notebook), s:", times)
-    assert not failed, failed
+    with venvs.cached("colab-3.13", venvs.COLAB_313 + venvs.RUNNER,
+                      base=venvs.COLAB_BASE, torch=venvs.COLAB_313_TORCH) as python:
+        assert "lncourse" not in venvs.freeze(python) and "myst-nb" not in venvs.freeze(python)
+        versions = json.loads(venvs.run([str(python), "-c", (
+            "import json, platform, torch; print(json.dumps("
+            "[platform.python_version(), torch.__version__]))")]).stdout)
+        print("Colab 3.13 environment: Python %s, torch %s" % tuple(versions))
+        python_version = ".".join(venvs.COLAB_PYTHON.split(".")[:2]) + "."
+        torch_version = venvs.COLAB_313_TORCH.split("==")[1]   # the metadata has no +cu130
+        wheel = venvs.build_wheel(tmp_path / "site")
+        failed, times = {}, {}
+        for source in chapter_sources(ROOT):
+            start = time.time()
+            try:
+                # a busy machine is slow, not broken: an hour per page (issue 19)
+                first = _check_student(
+                    _run_student(python, source, tmp_path, monkeypatch, wheel, 3600),
+                    python, python_version, torch_version)
+                times[source.stem] = (round(first, 1), round(time.time() - start, 1))
+            except AssertionError as err:
+                failed[source.stem] = str(err)[-1500:]
+            print(f"{source.stem}: {time.time() - start:.0f} s", flush=True)
+        print("(first cell, whole notebook), s:", times)
+        assert not failed, failed
 
 
 def test_requirements_resolve_to_newest(tmp_path):
@@ -266,3 +267,38 @@ def test_reader_environment_runs_the_chapters(tmp_path):
     failed = {source.stem: f for source in chapter_sources(ROOT)
               if (f := _run_solution(python, source, tmp_path))}
     assert not failed, failed
+
+
+HOLD = """
+import fcntl, sys, time
+with open(sys.argv[1], "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_cached_environment_is_held_by_one_run_at_a_time(tmp_path, monkeypatch):
+    """Two runs sharing the cache (two pytest sessions, or worktrees with one
+    LNCOURSE_VENV_CACHE) take turns: while another process holds an environment, cached()
+    waits and then stops with a message naming it; once it is free, cached() takes it,
+    and holds it against other processes until its block ends."""
+    monkeypatch.setattr(venvs, "CACHE", tmp_path)
+    monkeypatch.setattr(venvs, "_prepare", lambda name, *a, **k: tmp_path / name / "python")
+    lock = tmp_path / "env.lock"
+    other = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        with pytest.raises(TimeoutError, match="'env'.*still in use"):
+            with venvs.cached("env", [], wait=1.5):
+                pass
+    finally:
+        other.kill()
+        other.wait()
+    probe = [sys.executable, "-c", "import fcntl, sys\nf = open(sys.argv[1], 'a')\n"
+             "fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)", str(lock)]
+    with venvs.cached("env", [], wait=5) as python:
+        assert python == tmp_path / "env" / "python"
+        assert subprocess.run(probe, capture_output=True).returncode != 0
+    assert subprocess.run(probe, capture_output=True).returncode == 0
