@@ -94,6 +94,9 @@ def test_variance_claim_holds_for_the_lesson_and_fails_if_two_pass_also_loses(
     kept = {k: v.copy() for k, v in errors.items()}   # had one pass kept a digit
     kept["one-pass, bfloat16"][at] = 0.05
     assert variance_claim(means, kept, at).holds is False
+    lost = {k: v.copy() for k, v in errors.items()}   # had two passes lost them too
+    lost["two-pass, bfloat16"][at] = 0.5
+    assert variance_claim(means, lost, at).holds is False
 
 
 def test_two_pass_bfloat16_claim_holds_for_the_lesson_and_fails_if_its_error_stays_flat(

@@ -27,6 +27,15 @@ def test_the_slips_are_the_errors_of_the_two_wrong_formulas():
     assert epsilon_errors(seed=0) == errors != epsilon_errors(seed=1)
 
 
+def test_eps_outside_the_root_still_bounds_the_output():
+    """sigma + eps, the slip, is not sigma alone: it divides a centred vector c by
+    sigma + eps, so |output| = |y| sigma / (sigma + eps) <= sqrt(d - 1) sigma / (sigma + eps),
+    about 0.7 at d = 64 and spread 1e-6 (eps = 1e-5), where PyTorch's output is near 0
+    and dropping eps would give y itself (|y| about 3 somewhere in 256 vectors)."""
+    (outside, _), = epsilon_errors(seed=0, cases=((64, 1e-6),)).values()
+    assert 0.1 < outside < np.sqrt(63) * 1.2e-6 / (1.2e-6 + 1e-5)
+
+
 def test_the_two_variance_formulas():
     z = torch.tensor([[1.0, 2.0, 3.0, 6.0]], dtype=torch.float64)
     for formula in (variance_one_pass, variance_two_pass):
