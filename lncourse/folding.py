@@ -12,6 +12,7 @@ its companion on the writing side. Shapes: x (..., d); W (d_out, d), as in ``nn.
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -21,7 +22,7 @@ from lncourse.layernorm import (FactorizedLayerNorm, check_eps, raise_if_degener
                         projection_matrix, validate_vectors)
 
 __all__ = ["fold_layer_norm", "divide_by_std", "center_writing_weights",
-           "folded_attention_scores"]
+           "folded_attention_scores", "FoldingGaps", "folding_gaps"]
 
 
 def _ln_parts(ln: nn.Module) -> tuple[int, Tensor | None, Tensor | None, float]:
@@ -133,3 +134,51 @@ def folded_attention_scores(ln: nn.Module, W_Q: nn.Linear, W_K: nn.Linear, x: Te
     q = split_heads(fold_layer_norm(ln, W_Q)(x_hat), n_heads)          # (B, H, T, dh)
     k = split_heads(fold_layer_norm(ln, W_K)(x_hat), n_heads)          # (B, H, T, dh)
     return q, attention_scores(q, k, causal, key_mask)                 # (B, H, T, T)
+
+
+class FoldingGaps(NamedTuple):
+    """Per attention layer: the largest |folded - original| query and score, and the
+    largest |score| (what the score's gap is measured against)."""
+
+    queries: list[float]
+    scores: list[float]
+    score_scales: list[float]
+
+
+@torch.no_grad()
+def folding_gaps(model: nn.Module, cache: dict, mask: Tensor, n_heads: int
+                 ) -> FoldingGaps:
+    """Fold the LayerNorm each attention layer reads into its W_Q and W_K, recompute the
+    queries and scores with :func:`folded_attention_scores`, and compare with the model's.
+
+    model: :class:`lncourse.minilm.MiniLM` (or any model with ``layers[i].W_Q``,
+    ``layers[i].W_K`` and ``attn_norm(i)``); cache: its forward pass's cache, holding
+    ``layers.{i}.attn_norm_in``, ``layers.{i}.q`` and ``layers.{i}.attn_scores``; mask
+    (B, T): True for real tokens, the only ones compared.
+    """
+    if mask.dim() != 2 or mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a boolean tensor (B, T), got {mask.dtype} "
+                         f"{tuple(mask.shape)}")
+    if not bool(mask.any()):
+        raise ValueError("mask holds no real token: nothing to compare")
+    valid = mask[:, None, :, None] & mask[:, None, None, :]          # (B, 1, T, T)
+    gaps = FoldingGaps([], [], [])
+    for i, layer in enumerate(model.layers):
+        missing = [k for k in ("attn_norm_in", "q", "attn_scores")
+                   if f"layers.{i}.{k}" not in cache]
+        if missing:
+            raise KeyError(f"the cache has no layers.{i}.{missing[0]}: run the model "
+                           "with return_cache=True on the same ids and mask")
+        q, scores = folded_attention_scores(model.attn_norm(i), layer.W_Q, layer.W_K,
+                                            cache[f"layers.{i}.attn_norm_in"],
+                                            n_heads=n_heads, key_mask=mask)
+        original = cache[f"layers.{i}.attn_scores"]                    # (B, H, T, T)
+        if original.shape != scores.shape:
+            raise ValueError(f"layer {i}: the cache's scores are {tuple(original.shape)}, "
+                             f"the folded ones {tuple(scores.shape)}: is the mask the "
+                             "one the model ran with, and n_heads the model's?")
+        keep = valid.expand_as(scores)
+        gaps.queries.append(float((q - cache[f"layers.{i}.q"]).abs().max()))
+        gaps.scores.append(float((scores - original)[keep].abs().max()))
+        gaps.score_scales.append(float(original[keep].abs().max()))
+    return gaps

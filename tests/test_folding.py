@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from lncourse.folding import (center_writing_weights, divide_by_std, fold_layer_norm,
-                              folded_attention_scores)
+                              folded_attention_scores, folding_gaps)
 from lncourse.layernorm import FactorizedLayerNorm
 
 
@@ -128,6 +128,7 @@ def test_folding_on_minilm_matches_attention_scores():
     with torch.no_grad():
         _, cache = model(ids, mask, return_cache=True)
     valid = mask[:, None, :, None] & mask[:, None, None, :]  # (B, 1, T, T): real tokens
+    gaps = folding_gaps(model, cache, mask, n_heads=12)
     for i in (0, 3, 5):
         layer = model.layers[i]
         q, scores = folded_attention_scores(model.attn_norm(i), layer.W_Q, layer.W_K,
@@ -144,3 +145,19 @@ def test_folding_on_minilm_matches_attention_scores():
             k = layer.W_K(ln_out).view(*ln_out.shape[:2], 12, 32).transpose(1, 2)
         by_hand = cache[f"layers.{i}.q"] @ k.transpose(-2, -1) / 32 ** 0.5
         assert (scores - by_hand)[valid.expand_as(scores)].abs().max() < 1e-3
+        # folding_gaps, the lesson's measurement, reads the same gaps
+        assert gaps.scores[i] == float(gap)
+        assert gaps.queries[i] == float((q - cache[f"layers.{i}.q"]).abs().max())
+        assert gaps.score_scales[i] == float(original[valid.expand_as(original)].abs().max())
+    # a layer whose cached scores its fold does not give shows a gap of their own size
+    edited = dict(cache, **{"layers.2.attn_scores": cache["layers.2.attn_scores"] * 1.01})
+    wrong = folding_gaps(model, edited, mask, n_heads=12)
+    assert wrong.scores[2] > 0.005 * gaps.score_scales[2] > 1e3 * gaps.scores[2]
+    assert wrong.scores[:2] == gaps.scores[:2] and wrong.queries == gaps.queries
+    with pytest.raises(KeyError, match="layers.0.q"):
+        folding_gaps(model, {k: v for k, v in cache.items() if k != "layers.0.q"}, mask,
+                     n_heads=12)
+    with pytest.raises(ValueError, match="boolean"):
+        folding_gaps(model, cache, mask.long(), n_heads=12)
+    with pytest.raises(ValueError, match="no real token"):
+        folding_gaps(model, cache, torch.zeros_like(mask), n_heads=12)

@@ -1,83 +1,131 @@
-"""Chapter 1's comparative sentences (lncourse.evidence.geometry.claims): each claim holds on the
-chapter's own computation and fails on contrary numbers."""
+"""Chapter 1's comparative sentences (lncourse.evidence.geometry.claims), checked on what
+the lesson computes: each test calls the course function the lesson calls, with the
+lesson's inputs, requires the claim its sentence rests on, and shows that the claim fails
+on contrary numbers. The lesson itself imports no claim; these tests guard its prose."""
 
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from lncourse.evidence.geometry.claims import (epsilon_claim, folding_claim, require,
-                                       two_pass_bfloat16_claim, variance_claim)
+                                               two_pass_bfloat16_claim, variance_claim)
+from lncourse.folding import folding_gaps
+from lncourse.geometry.numerics import epsilon_errors, mean_index, variance_errors
+from lncourse.layernorm import GeometryConfig
+from lncourse.minilm import load_minilm
+from lncourse.text import sample_sentences
+
+from myst import read_page          # scripts/ (tests/conftest.py puts it on the path)
+
+LESSON = Path(__file__).resolve().parents[2] / "book" / "01_layernorm_geometry.md"
+LESSON_SEED = 0
 
 
-def _epsilon_errors(seed=0):
-    """The chapter's ε cell."""
-    torch.manual_seed(seed)
-    out = {}
-    for d, spread in [(4, 1.0), (64, 1.0), (64, 1e-3)]:
-        z = torch.randn(256, d, dtype=torch.float64) * spread
-        ref = F.layer_norm(z, (d,), eps=1e-5)
-        c = z - z.mean(-1, keepdim=True)
-        outside = c / (z.std(-1, unbiased=False, keepdim=True) + 1e-5)
-        unbiased = c / torch.sqrt(z.var(-1, unbiased=True, keepdim=True) + 1e-5)
-        out[(d, spread)] = (float((outside - ref).abs().max()), float((unbiased - ref).abs().max()))
-    return out
+def lesson_code() -> tuple[dict, list[ast.Call]]:
+    """The lesson's parameters (its first code cell, run) and every call in its code."""
+    cells = [c.source for c in read_page(LESSON).cells if c.cell_type == "code"]
+    parameters: dict = {}
+    exec(cells[0], parameters)
+    calls = [node for source in cells
+             for node in ast.walk(ast.parse("\n".join(
+                 line for line in source.splitlines() if not line.startswith(("%", "!")))))
+             if isinstance(node, ast.Call)]
+    return parameters, calls
 
 
-def _variance_errors(seed=0):
-    """The chapter's variance cell."""
-    offsets = np.logspace(-1, 3, 13)
-    base = torch.randn(512, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
-    base = (base - base.mean(-1, keepdim=True)) / base.std(-1, unbiased=False, keepdim=True)
-    one = lambda z: (z * z).mean(-1) - z.mean(-1) ** 2                      # noqa: E731
-    two = lambda z: ((z - z.mean(-1, keepdim=True)) ** 2).mean(-1)          # noqa: E731
-    errors = {}
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        for name, fn in [("one-pass", one), ("two-pass", two)]:
-            rel = []
-            for offset in offsets:
-                z = base + offset
-                exact = two(z.to(dtype).double())
-                rel.append(float(((fn(z.to(dtype)).double() - exact).abs() / exact).median()))
-            errors[f"{name}, {str(dtype).split('.')[-1]}"] = np.array(rel)
-    return offsets, errors
+def call_of(calls: list[ast.Call], name: str) -> str:
+    found = [ast.unparse(c) for c in calls
+             if isinstance(c.func, ast.Name) and c.func.id == name]
+    assert len(found) == 1, f"the lesson calls {name} {len(found)} times: {found}"
+    return found[0]
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_epsilon_claim_holds_for_the_chapter_and_fails_when_d_does_not_matter(seed):
-    errors = _epsilon_errors(seed)
+def test_the_lesson_calls_the_course_functions_with_these_tests_inputs():
+    """What the tests below recompute is what the lesson shows: its seed, the functions'
+    own defaults, and its fast-mode sentences."""
+    parameters, calls = lesson_code()
+    assert parameters["SEED"] == LESSON_SEED and parameters["FULL"] is False
+    assert call_of(calls, "epsilon_errors") == "epsilon_errors(seed=SEED)"
+    assert call_of(calls, "variance_errors") == "variance_errors(seed=SEED)"
+    assert call_of(calls, "mean_index") == "mean_index(means)"
+    assert call_of(calls, "folding_gaps") == "folding_gaps(minilm, cache, mask, n_heads=12)"
+    assert call_of(calls, "sample_sentences") == "sample_sentences(N_SENTENCES, seed=SEED)"
+    assert "GeometryConfig.quick()" in [ast.unparse(c) for c in calls]
+
+
+# ------------------------------------------------------------------------------- ε
+@pytest.mark.parametrize("seed", [LESSON_SEED, 1])
+def test_epsilon_claim_holds_for_the_lesson_and_fails_when_d_does_not_matter(seed):
+    errors = epsilon_errors(seed=seed)
+    assert list(errors) == [(4, 1.0), (64, 1.0), (64, 1e-3)]
     assert require(epsilon_claim(errors)).holds
     flat = dict(errors)
     flat[(64, 1.0)] = flat[(4, 1.0)]          # had d = 64 been as bad as d = 4
     assert epsilon_claim(flat).holds is False
     swapped = {k: v[::-1] for k, v in errors.items()}   # the two slips' roles exchanged
     assert epsilon_claim(swapped).holds is False
+    spread = dict(errors)                     # had small spread been no worse than 1
+    spread[(64, 1e-3)] = (5 * errors[(64, 1.0)][0], errors[(64, 1e-3)][1])
+    assert epsilon_claim(spread).holds is False
 
 
-def test_variance_claim_holds_for_the_chapter_and_fails_if_two_pass_also_loses():
-    offsets, errors = _variance_errors()
-    at = int(np.argmin(np.abs(offsets - 100)))           # the mean the chapter prints
-    claim = require(variance_claim(offsets, errors, at))
-    assert "one-pass" in claim.text and claim.values["one_pass_worst_low_precision"] >= 0.5
-    swapped = {k.replace("one-pass", "x").replace("two-pass", "one-pass").replace("x", "two-pass"): v
-               for k, v in errors.items()}
-    assert variance_claim(offsets, swapped, at).holds is False
+# ------------------------------------------------------------------------- variance
+@pytest.fixture(scope="module")
+def lesson_variance():
+    """The lesson's variance cell: means, errors, the index of the mean it prints at."""
+    means, errors = variance_errors(seed=LESSON_SEED)
+    return means, errors, mean_index(means)
 
 
-def test_two_pass_bfloat16_claim_holds_and_fails_if_its_error_stays_flat():
-    offsets, errors = _variance_errors()
-    at = int(np.argmin(np.abs(offsets - 100)))
-    assert require(two_pass_bfloat16_claim(offsets, errors, at)).holds
+def test_variance_claim_holds_for_the_lesson_and_fails_if_two_pass_also_loses(
+        lesson_variance):
+    means, errors, at = lesson_variance
+    assert means[at] == pytest.approx(100.0)
+    claim = require(variance_claim(means, errors, at))
+    assert claim.values["one_pass_worst_low_precision"] >= 0.5
+    swapped = {k.replace("one-pass", "x").replace("two-pass", "one-pass")
+               .replace("x", "two-pass"): v for k, v in errors.items()}
+    assert variance_claim(means, swapped, at).holds is False
+    kept = {k: v.copy() for k, v in errors.items()}   # had one pass kept a digit
+    kept["one-pass, bfloat16"][at] = 0.05
+    assert variance_claim(means, kept, at).holds is False
+    lost = {k: v.copy() for k, v in errors.items()}   # had two passes lost them too
+    lost["two-pass, bfloat16"][at] = 0.5
+    assert variance_claim(means, lost, at).holds is False
+
+
+def test_two_pass_bfloat16_claim_holds_for_the_lesson_and_fails_if_its_error_stays_flat(
+        lesson_variance):
+    means, errors, at = lesson_variance
+    assert require(two_pass_bfloat16_claim(means, errors, at)).holds
     flat = dict(errors)
-    flat["two-pass, bfloat16"] = np.full(len(offsets), 1e-3)
-    assert two_pass_bfloat16_claim(offsets, flat, at).holds is False
+    flat["two-pass, bfloat16"] = np.full(len(means), 1e-3)
+    assert two_pass_bfloat16_claim(means, flat, at).holds is False
 
 
-def test_folding_claim_and_require():
-    assert folding_claim([1e-6, 3e-6], 12.0).holds
-    bad = folding_claim([1e-6, 0.5], 12.0)
+# -------------------------------------------------------------------------- folding
+@pytest.fixture(scope="module")
+def lesson_folding():
+    """The lesson's fast-mode MiniLM cell: the folding gaps on its sentences."""
+    minilm = load_minilm("cpu")
+    sentences = sample_sentences(GeometryConfig.quick().n_sentences, seed=LESSON_SEED)
+    ids, mask = minilm.tokenize(sentences)
+    with torch.no_grad():
+        _, cache = minilm(ids, mask, return_cache=True)
+    return folding_gaps(minilm, cache, mask, n_heads=12)
+
+
+def test_folding_claim_holds_for_the_lesson_and_fails_beyond_round_off(lesson_folding):
+    gaps = lesson_folding
+    assert len(gaps.scores) == len(gaps.queries) == len(gaps.score_scales) == 6
+    assert require(folding_claim(gaps.scores, max(gaps.score_scales))).holds
+    worse = [*gaps.scores[:-1], 1e-3 * max(gaps.score_scales)]  # one layer not folded right
+    bad = folding_claim(worse, max(gaps.score_scales))
     assert bad.holds is False
     with pytest.raises(AssertionError, match="folding_round_off"):
         require(bad)

@@ -1,12 +1,14 @@
 """The comparative sentences of chapter 1, as claims checked against what the chapter
 computes (chapter 1).
 
-Chapter 1 stores no long runs: its numbers are computed by the build. Each sentence that
-compares (which slip is worse where, which variance formula loses its digits, how large
-folding's differences are) is a :class:`lncourse.evidence.claims.Claim` built from the chapter's
-own arrays; the chapter glues its values into the sentence and refuses to build if a
-claim does not hold (:func:`require`), and ``tests/geometry/test_claims.py`` shows that
-each claim holds on the chapter's computation and fails on contrary numbers.
+The lesson's numerics and folding numbers are computed by the build, with the course's
+functions (:mod:`lncourse.geometry.numerics`, :func:`lncourse.folding.folding_gaps`). Each
+sentence around them that compares (which slip is worse where, which variance formula
+loses its digits, how large folding's differences are) is a
+:class:`lncourse.evidence.claims.Claim` built from those functions' results. The lesson
+imports none of them: it glues the numbers its sentences quote, and
+``tests/geometry/test_claims.py`` calls the same functions with the lesson's inputs,
+requires each claim (:func:`require`) and shows that it fails on contrary numbers.
 """
 
 from __future__ import annotations
@@ -73,8 +75,8 @@ def folding_claim(score_gaps: list[float], score_scale: float) -> Claim:
 
 
 def require(claim: Claim) -> Claim:
-    """The claim, or an error naming it if it does not hold (a chapter's build stops
-    rather than print a sentence its own numbers contradict)."""
+    """The claim, or an error naming it if it does not hold (the tests' way of requiring
+    a sentence of the lesson on the numbers it shows)."""
     if claim.holds is not True:
         raise AssertionError(f"chapter claim {claim.key!r} does not hold: {claim.text}")
     return claim

@@ -1,0 +1,73 @@
+"""lncourse.geometry.numerics: the two slips of LayerNorm's formula and the variance's two
+formulas in low precision measure what they say (the lesson's sentences about their
+numbers are checked in test_claims.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lncourse.geometry.numerics import (VARIANCE_MEANS, epsilon_errors, mean_index,
+                                        variance_errors, variance_one_pass,
+                                        variance_two_pass)
+
+
+def test_the_slips_are_the_errors_of_the_two_wrong_formulas():
+    """The unbiased variance shrinks an output y by the factor
+    sqrt((v + eps) / (v d/(d-1) + eps)) >= sqrt((d-1)/d), and |y| <= sqrt(d-1): at d = 4
+    its error is at most sqrt(3) (1 - sqrt(3/4)), nearly reached by one of 256 vectors.
+    With eps outside the root the error is about eps |y| / sigma: small at spread 1, of
+    the order of y itself at spread 1e-3, where sigma is smaller than sqrt(eps)."""
+    errors = epsilon_errors(seed=0)
+    outside, unbiased = errors[(4, 1.0)]
+    bound = np.sqrt(3) * (1 - np.sqrt(3 / 4))
+    assert 0.5 * bound < unbiased <= bound + 1e-12
+    assert 0 < outside < 1e-2 < 1 < errors[(64, 1e-3)][0]
+    assert epsilon_errors(seed=0) == errors != epsilon_errors(seed=1)
+
+
+def test_eps_outside_the_root_still_bounds_the_output():
+    """sigma + eps, the slip, is not sigma alone: it divides a centred vector c by
+    sigma + eps, so |output| = |y| sigma / (sigma + eps) <= sqrt(d - 1) sigma / (sigma + eps),
+    about 0.7 at d = 64 and spread 1e-6 (eps = 1e-5), where PyTorch's output is near 0
+    and dropping eps would give y itself (|y| about 3 somewhere in 256 vectors)."""
+    (outside, _), = epsilon_errors(seed=0, cases=((64, 1e-6),)).values()
+    assert 0.1 < outside < np.sqrt(63) * 1.2e-6 / (1.2e-6 + 1e-5)
+
+
+def test_the_two_variance_formulas():
+    z = torch.tensor([[1.0, 2.0, 3.0, 6.0]], dtype=torch.float64)
+    for formula in (variance_one_pass, variance_two_pass):
+        torch.testing.assert_close(formula(z), torch.tensor([3.5], dtype=torch.float64))
+
+
+def test_variance_errors_are_exact_in_float64_and_one_pass_is_the_worse_in_float32():
+    means, errors = variance_errors(seed=0, dtypes=(torch.float64,))
+    np.testing.assert_array_equal(means, VARIANCE_MEANS)
+    assert set(errors) == {"one-pass, float64", "two-pass, float64"}
+    assert max(errors["two-pass, float64"]) < 1e-13
+    _, errors = variance_errors(seed=0, means=VARIANCE_MEANS[-1:], dtypes=(torch.float32,))
+    assert errors["one-pass, float32"][0] > 100 * errors["two-pass, float32"][0]
+
+
+def test_mean_index_finds_the_nearest_mean():
+    assert mean_index(VARIANCE_MEANS) == VARIANCE_MEANS.index(100.0)
+    assert mean_index([0.1, 1.0, 10.0], 3.0) == 1
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(seed=-1), "seed"), (dict(seed=1.5), "seed"), (dict(means=[]), "means"),
+    (dict(means=[1.0, float("nan")]), "means"), (dict(shape=(8, 1)), "shape"),
+    (dict(dtypes=(torch.int32,)), "floating")])
+def test_variance_errors_refuse_bad_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        variance_errors(**bad)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(seed="0"), "seed"), (dict(eps=0.0), "eps"), (dict(rows=0), "rows"),
+    (dict(cases=((1, 1.0),)), "d must"), (dict(cases=((4, 0.0),)), "spread")])
+def test_epsilon_errors_refuse_bad_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        epsilon_errors(**bad)
