@@ -192,6 +192,49 @@ def answer_leaks(student: nbformat.NotebookNode,
     return leaks
 
 
+HINT = re.compile(r"^(?P<fence>`{3,}|:{3,})\{dropdown\}[ \t]*(?P<title>Hint\b.*?)\s*$")
+
+
+def hints(source: Path) -> list[tuple[str, str, str]]:
+    """Every hint of a chapter source as (exercise label, title, text): the
+    ``{dropdown} Hint`` blocks (``Hint 1``, ``Hint 2``, ...) after an exercise's label and
+    before the next exercise's."""
+    found, label, lines, i = [], None, Path(source).read_text(encoding="utf-8").splitlines(), 0
+    while i < len(lines):
+        m = re.match(r"^:label: (ex-\S+)", lines[i])
+        if m:
+            label = m.group(1)
+        m = HINT.match(lines[i])
+        if m:
+            if label is None:
+                raise ValueError(f"{Path(source).name}: a hint before any exercise")
+            end = next((k for k in range(i + 1, len(lines))
+                        if lines[k].rstrip() == m.group("fence")), None)
+            if end is None:
+                raise ValueError(f"{Path(source).name}: {m.group('title')!r} of {label} "
+                                 "is never closed")
+            found.append((label, m.group("title"), "\n".join(lines[i + 1:end])))
+            i = end
+        i += 1
+    return found
+
+
+def hint_leaks(source: Path, answers: dict[str, list[str]]) -> list[str]:
+    """Where a hint gives an answer away (issue 60): a fragment of ``answers`` (label ->
+    fragments) in any hint of the chapter. A hint guides (what to look at, which
+    property to use, a smaller case, a check to run); the formula itself is the reveal
+    inside the solution block. An earlier exercise's answer counts too: the student
+    edition keeps every solution back, so a later hint must not restate it."""
+    leaks = []
+    for label, title, text in hints(source):
+        for owner, fragments in answers.items():
+            for fragment in fragments:
+                if telltale(fragment) in telltale(text):
+                    whose = "its" if owner == label else f"{owner}'s"
+                    leaks.append(f"{label}: {title!r} shows {whose} answer {fragment!r}")
+    return leaks
+
+
 # ------------------------------------------------------------------------- notebooks
 def install_cell(requirement: str, data: list[str] = (), fallback: str | None = None,
                  dependencies: list[str] | None = None) -> nbformat.NotebookNode:

@@ -6,7 +6,9 @@ Student IDs come from what the teacher controls, in this order: a roster (``--ro
 a pattern over the file name (``--id-pattern``), the LMS's own naming of its downloads
 (``lms_identity``: Moodle's and Canvas's), else the submission's path relative to the
 class's folder (``class_folder``; ``alice/nb.ipynb`` gives ``alice/nb``, a flat folder's
-``ada.ipynb`` gives ``ada``), less ".ipynb". A roster's ``file`` is that relative
+``ada.ipynb`` gives ``ada``), less ".ipynb". A regrade into an existing sheet without
+``--class-folder`` takes the class's folder from the sheet's names
+(``class_folder_from_names``), so that one student's file regraded alone keeps its name. A roster's ``file`` is that relative
 path. A notebook's own
 ``metadata.lncourse.student_id`` is used only with ``--id-from-metadata`` and only where
 none of those names the submission; a notebook whose metadata names someone else is
@@ -22,10 +24,10 @@ import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from lncourse.grading.sheet import (LMS_FORMATS, atomic_write, check_sheet, feedback,
-                                    lms_format, write_csv, write_lms)
+                                    lms_format, submission_names, write_csv, write_lms)
 
 # Moodle (mod/assign, "Download all submissions"): "<full name>_<participant number>_
 # assignsubmission_<plugin>_<the file's name>", or with "Download submissions in folders"
@@ -59,6 +61,44 @@ def class_folder(paths) -> Path:
     """The class's folder: the folder that holds every submission (their common one)."""
     folders = [os.path.abspath(Path(p).parent) for p in paths]
     return Path(os.path.commonpath(folders)) if folders else Path(".").resolve()
+
+
+def class_folder_from_names(paths, names) -> Path | None:
+    """The class's folder that a sheet's ``names`` (its ``submission`` column) are
+    relative to, read from the submissions regraded: a submission whose path ends with
+    one of the names (``class/alice/nb.ipynb`` and ``alice/nb.ipynb``) lies that many
+    folders below it (``class``). Where none does (late students graded alone), it is
+    the nearest folder above a submission that holds files of the sheet's names
+    (``class``, holding ``alice/nb.ipynb``). None where neither finds one (a new class, or
+    a class folder since removed: their common folder names them, as for a first run).
+    ValueError where a path ends with two names (``alice/nb.ipynb`` and ``nb.ipynb``,
+    left by a run that named it by its own folder) or the submissions would put the
+    class's folder in two places: only the teacher can say which."""
+    parsed = ((PurePosixPath(n).parts, n) for n in names if n)
+    names = {k: n for k, n in parsed               # relative, as the grader writes them
+             if not PurePosixPath(n).is_absolute() and ".." not in k}
+    found: dict[Path, list[str]] = defaultdict(list)
+    for path in paths:
+        parts = Path(os.path.abspath(path)).parts
+        ends = [n for k, n in names.items() if len(k) < len(parts) and parts[-len(k):] == k]
+        if len(ends) > 1:
+            raise ValueError(f"{path} could be the sheet's "
+                             + " or its ".join(repr(n) for n in sorted(ends))
+                             + ": pass --class-folder FOLDER, the folder its names are "
+                             "relative to")
+        for n in ends:
+            found[Path(*parts[:-len(PurePosixPath(n).parts)])].append(str(path))
+    for path in paths if not found else ():          # on disk: the folder holding them
+        above = next((folder for folder in Path(os.path.abspath(path)).parents
+                      if any((folder / n).is_file() for n in names.values())), None)
+        if above is not None:
+            found[above].append(str(path))
+    if len(found) > 1:
+        where = "; ".join(f"{folder} (from {who[0]})" for folder, who in found.items())
+        raise ValueError(f"the sheet's names put the submissions in two class folders, "
+                         f"{where[:400]}: grade each class into its own sheet, or pass "
+                         "--class-folder FOLDER")
+    return next(iter(found), None)
 
 
 def submission_name(path: str | Path, root: str | Path | None = None) -> str:
@@ -203,9 +243,8 @@ def parser(doc: str, timeout: float, memory_mb: int) -> argparse.ArgumentParser:
     p.add_argument("--roster", help="CSV with columns file (the submission's path "
                                     "relative to the class folder) and student_id")
     p.add_argument("--class-folder", help="the folder the submissions' names are relative "
-                                          "to (default: the one that holds them all); "
-                                          "give it when regrading some of a class whose "
-                                          "students each have a folder")
+                                          "to (default: on a regrade, the one the sheet's "
+                                          "names give; else the one that holds them all)")
     p.add_argument("--id-pattern", help="regular expression whose first group, found in a "
                                         "file name, is the student ID")
     p.add_argument("--id-from-metadata", action="store_true",
@@ -281,6 +320,27 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     missing = [s for s in args.submissions if not os.path.lexists(s)]
     if missing:
         p.error(f"no such file: {', '.join(missing[:5])}" + (" ..." if len(missing) > 5 else ""))
+    _class_folder_of_the_sheet(p, args)
+
+
+def _class_folder_of_the_sheet(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A regrade into an existing sheet without ``--class-folder`` names its submissions
+    as the sheet does: relative to the class's folder that the sheet's names give
+    (``class_folder_from_names``), so that one student's file graded alone replaces
+    their own row. ``args.class_folder_note`` says so where that folder is not the one
+    that holds the files graded."""
+    args.class_folder_note = None
+    if getattr(args, "class_folder", None) or getattr(args, "no_merge", False):
+        return
+    try:
+        found = class_folder_from_names(args.submissions, submission_names(args.out))
+    except ValueError as err:
+        p.error(f"--out {args.out}: {err}")
+    if found is not None and found != class_folder(args.submissions):
+        args.class_folder = str(found)
+        args.class_folder_note = (f"submissions named relative to {found}, the class "
+                                  f"folder of {args.out}'s names (--class-folder to "
+                                  "choose another)")
 
 
 def _assignment(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

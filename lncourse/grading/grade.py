@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = grade_cli.parser(__doc__, TIMEOUT, MEMORY_MB)
     args = parser.parse_args(argv)
     grade_cli.check(parser, args)
+    if args.class_folder_note:
+        print(args.class_folder_note)
     print(guarantees(not args.fresh_learners))
     start = time.monotonic()
     ch, graded = grade(args.submissions, chapter=args.chapter, hidden=args.hidden,

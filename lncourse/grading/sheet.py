@@ -10,8 +10,11 @@ to two decimals, and an empty cell for a written answer not yet marked), ``total
 row of every submission graded again is replaced, every other row is kept (two rows
 with one student ID both stay, and the new one is flagged). A submission is named by its
 path relative to the class's folder (``cli.submission_name``), so regrading one
-student's ``bob/nb.ipynb`` leaves ``alice/nb.ipynb``'s row alone. A sheet of another chapter
-is refused before anything is graded (``check_sheet``).
+student's ``bob/nb.ipynb`` leaves ``alice/nb.ipynb``'s row alone; a regrade without
+``--class-folder`` takes the class's folder from the sheet's names
+(``cli.class_folder_from_names``), so that ``class/bob/nb.ipynb`` graded alone is
+still ``bob/nb.ipynb`` and replaces its row. A sheet of another chapter is refused
+before anything is graded (``check_sheet``).
 
 ``--lms FILE`` writes one of ``LMS_FORMATS``, each exactly as that LMS's importer reads
 it (``tests/grading/test_sheets.py`` parses each the way the importer's code does):
@@ -62,7 +65,8 @@ from pathlib import Path
 from lncourse.grading.assignment import earned, points_text
 
 __all__ = ["write_csv", "write_lms", "feedback", "summary", "atomic_write", "cell", "md",
-           "printable", "check_sheet", "lms_format", "LMS_FORMATS", "lms_feedback",
+           "printable", "check_sheet", "submission_names", "uncell", "lms_format",
+           "LMS_FORMATS", "lms_feedback",
            "LMS_FEEDBACK_CHARS"]
 
 LMS_FORMATS = ("moodle", "moodle-worksheet", "canvas")
@@ -92,6 +96,22 @@ def md(text: str) -> str:
     control characters)."""
     text = printable(re.sub(r"[\r\n\t]+", " ", str(text)))
     return re.sub(r"([\\`*\[\]<>|~])", r"\\\1", text)
+
+
+def uncell(text: str) -> str:
+    """A cell's text as it was before ``cell`` guarded it from a spreadsheet."""
+    return text[1:] if text[:1] == "'" and text[1:2] in ("=", "+", "-", "@") else text
+
+
+def submission_names(path: str | Path) -> list[str]:
+    """The ``submission`` column of an existing sheet, as the grader named them; [] where
+    the file is missing or no grade sheet (``check_sheet`` says why, once the chapter is
+    known)."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return [uncell(r.get("submission") or "") for r in csv.DictReader(f)]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []
 
 
 def atomic_write(path: str | Path, text: str) -> None:

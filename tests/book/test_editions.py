@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from editions import (EXERCISE_HEADER, answer_leaks, build_editions, declared_answers,
-                      drop_solution_text, stub_solution, telltale)
+                      drop_solution_text, hint_leaks, hints, stub_solution, telltale)
 from myst import (NOTEBOOK_GLUE, Context, chapter_exercises, chapter_sources, glued_values,
                   myst_to_markdown, notebook_code, read_book, read_page)
 from lncourse import checks
@@ -377,16 +377,18 @@ def _answer_problems(path, student, solution, declared) -> list[str]:
 
 
 def test_student_edition_holds_no_answer(chapter):
-    """No stub's docstring, and no cell after an exercise up to the next exercise or
-    section, holds the exercise's answer in the student edition: each exercise declares
-    its answer's telltale fragments (``% answer: ...``, a MyST comment that no edition
-    shows) and none may appear there. A reveal goes inside the solution block, which the
-    student edition leaves out (AUTHORING.md, "Exercises")."""
+    """No stub's docstring, no cell after an exercise up to the next exercise or
+    section, and no hint holds the exercise's answer in the student edition: each
+    exercise declares its answer's telltale fragments (``% answer: ...``, a MyST comment
+    that no edition shows) and none may appear there, nor in any ``{dropdown} Hint`` of
+    the chapter. A reveal goes inside the solution block, which the student edition
+    leaves out (AUTHORING.md, "Exercises")."""
     path, _, editions = chapter
     if path.stem.endswith("_replication"):
         return
-    problems = _answer_problems(path, editions["student"], editions["solution"],
-                                declared_answers(path))
+    declared = declared_answers(path)
+    problems = _answer_problems(path, editions["student"], editions["solution"], declared)
+    problems += hint_leaks(path, declared)
     assert not problems, "\n".join(problems)
     for nb in editions.values():
         assert "% answer:" not in json.dumps(nb)
@@ -428,6 +430,54 @@ def test_the_answer_test_bites(monkeypatch):
     declared["ex-rms-norm"] = ["never written anywhere"]
     problems = _answer_problems(path, editions["student"], editions["solution"], declared)
     assert "ex-rms-norm: none of its fragments is in its solution edition" in problems
+
+
+# the review's hints (issue 60): each gave its exercise's formula away
+OLD_HINTS = {
+    "ex-fraction-along-ones": ("05_", "$h - Ph = \\bar h\\,\\mathbf 1$, whose squared length "
+                               "is $d\\,\\bar h^2$."),
+    "ex-attend-counts": ("03_", "$\\log c_{bj}$ is $-\\infty$ for an absent class, which "
+                         "`torch.softmax` turns into a weight\nof exactly 0. Broadcast "
+                         "`scores` to `(1, C, C)` and the log-counts to `(B, 1, C)`."),
+    "ex-layer-norm-backward": ("01_", "`grad_x` is $J^\\top$ `grad_out` with $J = "
+                               "\\mathrm{diag}(\\gamma)\\,(P - z z^\\top/d)/s$."),
+}
+
+
+@pytest.mark.parametrize("label", sorted(OLD_HINTS))
+def test_a_hint_that_gives_the_answer_away_is_found(label, tmp_path):
+    """One of the review's hints put back as its exercise's first hint: the answer test
+    names the exercise, the hint and the fragment. Chapter 1's old hint to exercise 1.7
+    also restated exercise 1.5's answer, which counts too."""
+    prefix, text = OLD_HINTS[label]
+    path = next(s for s in SOURCES if s.stem.startswith(prefix))
+    source = path.read_text(encoding="utf-8")
+    start = source.index(f":label: {label}\n")
+    at = source.index("```{dropdown} Hint", start)
+    copy = tmp_path / path.name
+    copy.write_text(source[:at] + f"```{{dropdown}} Hint 0\n{text}\n```\n\n" + source[at:],
+                    encoding="utf-8")
+    assert not hint_leaks(path, declared_answers(path))
+    found = hint_leaks(copy, declared_answers(copy))
+    assert found and all(f.startswith(f"{label}: 'Hint 0' shows ") for f in found), found
+    if label == "ex-layer-norm-backward":
+        assert f"{label}: 'Hint 0' shows ex-layer-norm-jacobian's answer 'z z^T / d'" in found
+
+
+def test_hints_are_read_per_exercise(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("```{exercise-start} A\n:label: ex-a\n```\n\n```{exercise-end}\n```\n\n"
+                    "```{dropdown} Hint 1\nLook at x.\n```\n\n```{dropdown} Details\nP = 1\n```"
+                    "\n\n```{exercise-start} B\n:label: ex-b\n```\n\n````{dropdown} Hint\n"
+                    "P = 1\n````\n", encoding="utf-8")
+    assert hints(page) == [("ex-a", "Hint 1", "Look at x."), ("ex-b", "Hint", "P = 1")]
+    assert hint_leaks(page, {"ex-a": ["P = 1"]}) == ["ex-b: 'Hint' shows ex-a's answer 'P = 1'"]
+    page.write_text("```{dropdown} Hint\nx\n```\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="before any exercise"):
+        hints(page)
+    page.write_text(":label: ex-a\n```{dropdown} Hint\nx\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="never closed"):
+        hints(page)
 
 
 def test_the_reveal_inside_the_solution_block_is_left_out():
