@@ -3,7 +3,9 @@
 A check calls ``run_check`` once: it runs the learner's function on fixed and edge-case
 inputs (``hidden=True`` adds teacher-only ones: more shapes, edge cases and seeds) and
 judges each answer, either against a reference computed in float64 or, where the
-exercise asks for a property rather than one answer, with a ``judge``. When an answer
+exercise asks for a property rather than one answer, with a ``judge``. The course's
+checks take the reference and the mistakes from ``Key``: stored outputs on the visible
+inputs, the teacher's key (``lncourse.checks.key``) on the teacher-only ones. When an answer
 fails, the known mistakes are evaluated on that input; if the answer matches one, the
 error names it. Every check returns None and prints one line when it passes.
 
@@ -145,6 +147,20 @@ EXPECTED = Path(__file__).resolve().parent / "expected"
 RECORD: dict[str, dict] | None = None
 
 
+@contextlib.contextmanager
+def recording():
+    """While in it, every check records the key's answers on its visible inputs into the
+    dict it yields (``RECORD``), by function, instead of judging ``fn``; the grader's key
+    is unset meanwhile. ``lncourse.checks.key.store`` writes them."""
+    global RECORD, HIDDEN_KEY
+    saved = RECORD, HIDDEN_KEY
+    RECORD, HIDDEN_KEY = {}, None
+    try:
+        yield RECORD
+    finally:
+        RECORD, HIDDEN_KEY = saved
+
+
 class Key:
     """Where a check finds its answers: ``Key(__name__, hidden)`` in a check module.
 
@@ -170,8 +186,9 @@ class Key:
         except ImportError as err:
             if not (err.name or "").startswith(KEY_PACKAGE):
                 raise
+            asked = "(hidden=True)" if self.hidden else " under the grader's key"
             raise TeacherOnly(
-                f"check_{function}(hidden=True): the teacher-only inputs are judged by the "
+                f"check_{function}{asked}: the teacher-only inputs are judged by the "
                 f"teacher's key ({KEY_PACKAGE}), which only the teacher's checkout of the "
                 f"course holds (the published package leaves it out); run the check "
                 f"without hidden=True, or grade from the teacher's checkout") from None

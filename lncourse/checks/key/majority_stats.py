@@ -7,7 +7,9 @@ import math
 
 import numpy as np
 
+# the 2 x 2 design's cells, as the check's inputs name them
 _DESIGN4 = ("layernorm", "no_projection", "layernorm_released_scale", "no_projection_released")
+
 
 def _cells(cells: dict) -> tuple:
     return tuple(np.asarray(cells[k], dtype=np.float64) for k in _DESIGN4)

@@ -9,9 +9,9 @@ from torch import Tensor
 from lncourse.nope.variance import loglog_slope
 
 
-
 def _truth(a: Tensor) -> Tensor:    # the true positions 1..L of every row of answers
     return torch.arange(1, a.shape[-1] + 1, dtype=torch.float64).expand(a.shape)
+
 
 # --- running mean: what uniform causal attention computes ---------------------------------
 def _running_mean(v: Tensor) -> Tensor:

@@ -3,7 +3,7 @@
     python -m lncourse.checks.key.store [module ...]
 
 For each check module (all, or those named: ``norms``, ``layernorm_grad``...) it runs
-every check in recording mode (``lncourse.checks._core.RECORD``): the check builds its
+every check in recording mode (``lncourse.checks._core.recording``): the check builds its
 visible inputs as always, and instead of judging a function records, for each input,
 the reference's answer and its tolerance and each known mistake's answer and its
 tolerance, with the mistakes' messages. They go to ``lncourse/checks/expected/<module>.pt``,
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from lncourse.checks import _core
+from lncourse.checks._core import EXPECTED, recording
 
 # the check modules, each with its key module of the same name
 MODULES = ("layernorm", "layernorm_grad", "selectability", "majority", "majority_stats",
@@ -33,17 +33,13 @@ def record(module: str) -> dict:
     """{function: {"calls", "messages", "cases"}}: every check of ``module`` run in
     recording mode on its visible inputs (the grader's key unset)."""
     checks = importlib.import_module(f"lncourse.checks.{module}")
-    saved = _core.RECORD, _core.HIDDEN_KEY
-    _core.RECORD, _core.HIDDEN_KEY = {}, None
-    try:
+    with recording() as recorded:
         for name in checks.__all__:
             getattr(checks, name)(None)
-        return dict(_core.RECORD)
-    finally:
-        _core.RECORD, _core.HIDDEN_KEY = saved
+    return recorded
 
 
-def store(module: str, folder: Path = _core.EXPECTED) -> Path:
+def store(module: str, folder: Path = EXPECTED) -> Path:
     """Record ``module``'s answers and write them to ``folder/<module>.pt``."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{module}.pt"
