@@ -266,3 +266,13 @@ def test_stored_outputs_of_other_inputs_are_refused(monkeypatch):
     monkeypatch.setitem(_core._STORED, "norms", changed)
     with pytest.raises(RuntimeError, match="lncourse.checks.key.store"):
         norms.check_dyt(RIGHT["dyt"][0].fn)
+
+
+def test_a_stub_is_not_done_yet_without_the_key(without_key, capsys):
+    """The student edition's stub, on a learner's install: "not done yet", as before."""
+    from lncourse import checks
+
+    def dyt(x, alpha, gamma, beta):
+        raise NotImplementedError("write dyt")
+    assert checks.check_dyt(dyt) is None
+    assert capsys.readouterr().out.startswith("check_dyt: not done yet: dyt still raises")
