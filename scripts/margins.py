@@ -29,7 +29,10 @@ DOC = ROOT / "TESTING.md"
 BEGIN, END = "<!-- margins: begin -->", "<!-- margins: end -->"
 
 # test function -> why a margin under 10 is acceptable
-REASONS: dict[str, str] = {}
+REASONS: dict[str, str] = {
+    "tests/checks/test_key.py::test_stored_outputs_recompute_from_the_key":
+        "the check's own tolerance, 16 roundings of the inputs: the other kernels move the key's float64 answer by a fifth of it",
+}
 
 
 def _edit_test(name: str) -> bool:

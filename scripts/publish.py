@@ -6,8 +6,10 @@ A build tool, not part of ``lncourse``: ``python scripts/publish.py --out _build
 first 12 hex digits of the commit the notebooks are generated from):
 
 * ``lncourse-<version>+g<commit>-py3-none-any.whl``: the package's code only (about
-  0.3 MB). It carries ``lncourse/_published.json``, which says where the results of
-  that commit are published and the SHA-256 of each archive;
+  0.3 MB), without the teacher's key to the checks (``TEACHER_ONLY``: every check's
+  reference and known mistakes; the checks carry their stored outputs instead). It
+  carries ``lncourse/_published.json``, which says where the results of that commit are
+  published and the SHA-256 of each archive;
 * ``results/<folder>.zip``: ``results/<folder>/`` (checkpoints stay in the checkout),
   downloaded by ``lncourse.results`` the first time a chapter loads a result from that
   folder, checked against its SHA-256 and cached.
@@ -43,6 +45,10 @@ SKIP = {"checkpoints", "__pycache__"}
 # tests/book/test_colab.py until it is added here: chapter 4's lesson reads a 1.9 MB
 # slice of those predictions (lncourse.evidence.nope.stream_report --lesson).
 PUBLISHED_FILES = ("*.json", "norms/logits.pt", "nope/stream_paper_lesson_predictions.npz")
+# What of lncourse/ a reader never gets: the teacher's key to the exercise checks (every
+# reference and known mistake, lncourse.checks.key), which would hand a learner the
+# answers. pyproject.toml does not list it either; the copy leaves it out all the same.
+TEACHER_ONLY = ("checks/key",)
 
 
 def published_url(root: Path = ROOT) -> str:
@@ -103,6 +109,19 @@ def results_archives(out: Path, root: Path = ROOT) -> dict[str, dict]:
     return made
 
 
+def package_tree(package: Path, dest: Path) -> Path:
+    """A copy of ``package`` (lncourse/) at ``dest`` as the wheel is built from: no
+    Python leftovers, nothing of ``TEACHER_ONLY``."""
+    leftovers = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        here = Path(folder).relative_to(package)
+        return set(leftovers(folder, names)) | {
+            n for n in names if (here / n).as_posix() in TEACHER_ONLY}
+    shutil.copytree(package, dest, ignore=ignore)
+    return dest
+
+
 def code_wheel(out: Path, sha: str, results_url: str, archives: dict,
                root: Path = ROOT) -> Path:
     """A wheel of the checkout's code (no results), versioned ``<version>+g<commit>``,
@@ -115,8 +134,7 @@ def code_wheel(out: Path, sha: str, results_url: str, archives: dict,
                       count=1, flags=re.M)
         (src / "pyproject.toml").write_text(text, encoding="utf-8")
         shutil.copy(root / "README.md", src / "README.md")
-        shutil.copytree(root / "lncourse", src / "lncourse",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        package_tree(root / "lncourse", src / "lncourse")
         (src / "lncourse" / PUBLISHED_JSON).write_text(json.dumps(
             {"commit": sha, "results_url": results_url, "archives": archives}, indent=1))
         out.mkdir(parents=True, exist_ok=True)

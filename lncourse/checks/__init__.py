@@ -8,6 +8,12 @@ mistake when it fails. ``hidden=True`` adds teacher-only inputs (used by the aut
 ``F.layer_norm`` when the exercise is to write LayerNorm) stop with a message, and so
 does a call that runs past a time limit.
 
+The references and the known mistakes are not here: they are the teacher's key
+(``lncourse.checks.key``, never published). On the visible inputs a check compares
+with their outputs, stored in ``expected/<module>.pt`` (``python -m
+lncourse.checks.key.store`` writes them); on the teacher-only inputs it imports the key,
+which only the teacher's checkout holds.
+
 One module per chapter, named as the chapter's folder: a lesson imports its own
 (``from lncourse.checks import geometry as checks``) and loads no other chapter's.
 ``lncourse.checks.check_<function>`` finds any chapter's check (the grader's way), loading

@@ -3,7 +3,9 @@
 A check calls ``run_check`` once: it runs the learner's function on fixed and edge-case
 inputs (``hidden=True`` adds teacher-only ones: more shapes, edge cases and seeds) and
 judges each answer, either against a reference computed in float64 or, where the
-exercise asks for a property rather than one answer, with a ``judge``. When an answer
+exercise asks for a property rather than one answer, with a ``judge``. The course's
+checks take the reference and the mistakes from ``Key``: stored outputs on the visible
+inputs, the teacher's key (``lncourse.checks.key``) on the teacher-only ones. When an answer
 fails, the known mistakes are evaluated on that input; if the answer matches one, the
 error names it. Every check returns None and prints one line when it passes.
 
@@ -126,6 +128,125 @@ def numpy_rng(seed: int) -> np.random.Generator:
     """A NumPy generator seeded from ``generator(seed)``: mixed with the grader's key
     like every other random input of a check."""
     return np.random.default_rng(int(torch.randint(2**62, (1,), generator=generator(seed))))
+
+
+class TeacherOnly(RuntimeError):
+    """A check asked for what only the teacher's checkout holds (its key)."""
+
+
+# The teacher's key (``lncourse.checks.key``): every check's reference and its named
+# mistakes, one module per check module. It is left out of the published package
+# (``pyproject.toml`` does not list it, ``scripts/publish.py`` skips it): a learner's
+# install has the stored outputs (``expected/<module>.pt``, written by
+# ``python -m lncourse.checks.key.store``) and judges the visible inputs against them.
+KEY_PACKAGE = "lncourse.checks.key"
+EXPECTED = Path(__file__).resolve().parent / "expected"
+
+# While a dict (``lncourse.checks.key.store``): a check run records, by its function's
+# name, the answers of the key on its visible inputs instead of judging a function
+RECORD: dict[str, dict] | None = None
+
+
+@contextlib.contextmanager
+def recording():
+    """While in it, every check records the key's answers on its visible inputs into the
+    dict it yields (``RECORD``), by function, instead of judging ``fn``; the grader's key
+    is unset meanwhile. ``lncourse.checks.key.store`` writes them."""
+    global RECORD, HIDDEN_KEY
+    saved = RECORD, HIDDEN_KEY
+    RECORD, HIDDEN_KEY = {}, None
+    try:
+        yield RECORD
+    finally:
+        RECORD, HIDDEN_KEY = saved
+
+
+class Key:
+    """Where a check finds its answers: ``Key(__name__, hidden)`` in a check module.
+
+    On the visible inputs (``hidden=False``, no grader's key set) the stored outputs of
+    ``expected/<module>.pt``; on the teacher-only ones the teacher's key module
+    ``lncourse.checks.key.<module>`` (``REFERENCES``, ``MISTAKES``), which a learner's
+    install lacks: there ``hidden=True`` raises ``TeacherOnly``."""
+
+    def __init__(self, module: str, hidden: bool = False):
+        self.module = module.rsplit(".", 1)[-1]
+        self.hidden = hidden
+
+    @property
+    def live(self) -> bool:
+        """Judge with the key's functions (the grader's inputs, or recording them)."""
+        return self.hidden or HIDDEN_KEY is not None or RECORD is not None
+
+    def teacher(self, function: str):
+        """The key's module; ``TeacherOnly`` where this install has none."""
+        import importlib
+        try:
+            return importlib.import_module(f"{KEY_PACKAGE}.{self.module}")
+        except ImportError as err:
+            if not (err.name or "").startswith(KEY_PACKAGE):
+                raise
+            asked = "(hidden=True)" if self.hidden else " under the grader's key"
+            raise TeacherOnly(
+                f"check_{function}{asked}: the teacher-only inputs are judged by the "
+                f"teacher's key ({KEY_PACKAGE}), which only the teacher's checkout of the "
+                f"course holds (the published package leaves it out); run the check "
+                f"without hidden=True, or grade from the teacher's checkout") from None
+
+    def stored(self, function: str, cases: Sequence[Case]) -> dict:
+        """The stored answers of ``function``'s visible inputs, checked against ``cases``."""
+        entry = stored_answers(self.module).get(function)
+        if entry is None or entry["calls"] != [call_print(a, k) for a, k in cases]:
+            raise RuntimeError(
+                f"check_{function}: the stored outputs of its visible inputs "
+                f"({EXPECTED.name}/{self.module}.pt) do not match its inputs; the teacher "
+                f"regenerates them with python -m {KEY_PACKAGE}.store")
+        return entry
+
+
+_STORED: dict[str, dict] = {}
+
+
+def stored_answers(module: str) -> dict:
+    """``expected/<module>.pt``: {function: {"calls", "messages", "cases"}}, each case
+    {"expected", "tol", "mistakes": [(output, tolerance) or None per message]}."""
+    if module not in _STORED:
+        path = EXPECTED / f"{module}.pt"
+        _STORED[module] = torch.load(path, weights_only=True) if path.exists() else {}
+    return _STORED[module]
+
+
+def call_print(args: tuple, kwargs: dict) -> str:
+    """A case's inputs as their shapes, dtypes and plain values: what the stored outputs
+    of a case are filed under (the numbers of its tensors are not: they may differ in
+    their last bits under other numerics, and the recompute test compares the outputs)."""
+    def one(v: Any) -> str:
+        if isinstance(v, torch.Tensor):
+            return f"{str(v.dtype).removeprefix('torch.')}{tuple(v.shape)}"
+        if isinstance(v, np.ndarray):
+            return f"{v.dtype}{v.shape}"
+        if isinstance(v, (list, tuple)):
+            return "(" + ",".join(one(x) for x in v) + ")"
+        if isinstance(v, dict):
+            return "{" + ",".join(f"{k}:{one(x)}" for k, x in v.items()) + "}"
+        return repr(v)
+    return ";".join([one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()])
+
+
+def plain(value: Any) -> Any:
+    """``value`` as ``torch.load(weights_only=True)`` reads it back: arrays as tensors,
+    NumPy scalars as Python numbers (the comparison reads both alike)."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 def case(*args: Any, **kwargs: Any) -> Case:
@@ -279,17 +400,68 @@ def _float32_in(value: Any) -> bool:
     return False
 
 
-def _named_mistake(got: Any, mistakes: Sequence[Mistake], args64: tuple, kwargs64: dict,
-                   precision: torch.dtype, smooth: bool) -> str | None:
-    for message, wrong in mistakes:
+def mistake_outputs(mistakes: Sequence[Mistake], args64: tuple, kwargs64: dict,
+                    precision: torch.dtype, smooth: bool) -> list[tuple[Any, Any] | None]:
+    """Each known mistake's output on one input and its tolerance; None where the mistake
+    does not apply to the input (it raises)."""
+    made: list[tuple[Any, Any] | None] = []
+    for _, wrong in mistakes:
         try:
             wrong_out = wrong(*map(_clone, args64), **{k: _clone(v) for k, v in kwargs64.items()})
             tol = tolerance(wrong, args64, kwargs64, wrong_out, precision, smooth=smooth)
         except Exception:  # a mistake that does not apply to this input
+            made.append(None)
             continue
-        if compare(got, wrong_out, tol, precision)[0]:
+        made.append((wrong_out, tol))
+    return made
+
+
+def _named_mistake(got: Any, messages: Sequence[str],
+                   outputs: Sequence[tuple[Any, Any] | None],
+                   precision: torch.dtype) -> str | None:
+    for message, made in zip(messages, outputs):
+        if made is not None and compare(got, made[0], made[1], precision)[0]:
             return message
     return None
+
+
+def expected_output(reference: Callable, args: tuple, kwargs: dict, dtype: torch.dtype,
+                    smooth: bool, slack: Callable[[float], float] | None) -> tuple[Any, Any]:
+    """The reference's answer on one input, in float64, and its tolerance."""
+    precision = precision_of(args, kwargs, dtype)
+    args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
+    expected = reference(*map(_clone, args64), **{k: _clone(v) for k, v in kwargs64.items()})
+    return expected, tolerance(reference, args64, kwargs64, expected,
+                               fair_precision(args, kwargs, precision), smooth, slack)
+
+
+def _one_tolerance(tol: Any) -> Any:
+    """A tolerance as stored: a tensor whose entries are all equal (as ``tolerance``
+    makes them) as that one number, which compares alike."""
+    if isinstance(tol, (tuple, list)):
+        return type(tol)(_one_tolerance(t) for t in tol)
+    if isinstance(tol, torch.Tensor) and tol.numel() and bool((tol == tol.reshape(-1)[0]).all()):
+        return tol.reshape(-1)[0].clone()
+    return plain(tol)
+
+
+def _record(name: str, cases: Sequence[Case], reference: Callable | None,
+            mistakes: Sequence[Mistake], dtype: torch.dtype, smooth: bool,
+            slack: Callable[[float], float] | None) -> None:
+    """``RECORD[name]``: the key's answers on ``cases`` (lncourse.checks.key.store)."""
+    entries = []
+    for args, kwargs in cases:
+        entry: dict[str, Any] = {"expected": None, "tol": None}
+        if reference is not None:
+            expected, tol = expected_output(reference, args, kwargs, dtype, smooth, slack)
+            entry["expected"], entry["tol"] = plain(expected), _one_tolerance(tol)
+        args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
+        entry["mistakes"] = [None if m is None else (plain(m[0]), _one_tolerance(m[1]))
+                             for m in mistake_outputs(
+            mistakes, args64, kwargs64, precision_of(args, kwargs, dtype), smooth)]
+        entries.append(entry)
+    RECORD[name] = {"calls": [call_print(a, k) for a, k in cases],
+                    "messages": [message for message, _ in mistakes], "cases": entries}
 
 
 def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Case], *,
@@ -298,11 +470,14 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
               forbidden: dict[str, str] | None = None, dtype: torch.dtype = torch.float64,
               smooth: bool = True, slack: Callable[[float], float] | None = None,
               seconds: float | None = None, outputs: Sequence[str] = (),
-              inputs: str | None = None) -> None:
+              inputs: str | None = None, key: Key | None = None) -> None:
     """Judge ``fn`` (the learner's ``name``) on every case; name the mistake when it fails.
 
-    Exactly one of ``reference`` (compared in float64, within a tolerance set by the
-    inputs' precision, see ``_compare.tolerance``) and ``judge`` (a property) is given.
+    At most one of ``reference`` (compared in float64, within a tolerance set by the
+    inputs' precision, see ``_compare.tolerance``) and ``judge`` (a property) is given;
+    ``key`` (the course's checks: ``Key(__name__, hidden)``) brings the reference, where
+    no judge is given, and the mistakes: the teacher's key's functions on teacher-only
+    inputs, the stored outputs of ``expected/<module>.pt`` on the visible ones.
     ``dtype`` is the precision of cases without floating inputs. ``forbidden`` maps the
     dotted names of calls the exercise forbids to the reason shown if one is made;
     ``seconds`` (default ``SECONDS``) limits the time of all calls together.
@@ -319,7 +494,7 @@ def run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[Ca
         _run_check(fn, name, params, cases, reference=reference, judge=judge,
                    passed=passed, mistakes=mistakes, forbidden=forbidden, dtype=dtype,
                    smooth=smooth, slack=slack, seconds=seconds, outputs=outputs,
-                   inputs=inputs)
+                   inputs=inputs, key=key)
     except NotImplementedError:
         if UNFINISHED == "raise":
             raise
@@ -340,8 +515,22 @@ def _run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[C
                reference: Callable | None, judge: Judge | None, passed: str,
                mistakes: Sequence[Mistake], forbidden: dict[str, str] | None,
                dtype: torch.dtype, smooth: bool, slack: Callable[[float], float] | None,
-               seconds: float | None, outputs: Sequence[str], inputs: str | None) -> None:
-    if (reference is None) == (judge is None):
+               seconds: float | None, outputs: Sequence[str], inputs: str | None,
+               key: Key | None = None) -> None:
+    stored = None
+    if key is not None:
+        if reference is not None or mistakes:
+            raise ValueError("key brings the reference and the mistakes: give neither")
+        if key.live:
+            teacher = key.teacher(name)
+            reference = None if judge is not None else teacher.REFERENCES[name]
+            mistakes = teacher.MISTAKES[name]
+            if RECORD is not None:
+                _record(name, cases, reference, mistakes, dtype, smooth, slack)
+                return
+        else:
+            stored = key.stored(name, cases)
+    if stored is None and (reference is None) == (judge is None):
         raise ValueError("give exactly one of reference and judge")
     assert_signature(fn, params, name, cases)
     limit = SECONDS if seconds is None else seconds
@@ -350,15 +539,17 @@ def _run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[C
     failed = False
     for k, (args, kwargs) in enumerate(cases, 1):
         label = f"{inputs} {k} of {len(cases)}" if inputs else None
+        answers = (None if stored is None else
+                   (stored["messages"], stored["cases"][k - 1]))
         if TALLY is None:
             worst = max(worst, _judge_case(fn, name, args, kwargs, reference, judge,
                                            mistakes, forbidden, dtype, smooth, slack,
-                                           outputs, deadline, limit, label))
+                                           outputs, deadline, limit, label, answers))
             continue
         try:
             worst = max(worst, _judge_case(fn, name, args, kwargs, reference, judge,
                                            mistakes, forbidden, dtype, smooth, slack,
-                                           outputs, deadline, limit, label))
+                                           outputs, deadline, limit, label, answers))
             TALLY.append((True, ""))
         except AssertionError as err:
             TALLY.append((False, str(err)))
@@ -366,7 +557,7 @@ def _run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[C
     if failed:      # partial credit: the grader reads TALLY; no "passed" line
         return
     line = f"check_{name} passed: {passed} on {len(cases)} inputs"
-    detail = f"largest difference {worst:.2e}" if reference is not None else ""
+    detail = f"largest difference {worst:.2e}" if judge is None else ""
     if detail and len(line) + 2 + len(detail) <= COLUMN_CHARS:   # the book's column
         print(f"{line}, {detail}")
     else:   # wrapped, the largest difference on a line of its own
@@ -376,9 +567,10 @@ def _run_check(fn: Callable, name: str, params: Sequence[str], cases: Sequence[C
 
 
 def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, dtype,
-                smooth, slack, outputs, deadline, limit, label=None) -> float:
+                smooth, slack, outputs, deadline, limit, label=None, answers=None) -> float:
     """One case of ``run_check``: its difference if it passes; AssertionError if not.
-    ``label``: the case's name where its values are not to be shown."""
+    ``label``: the case's name where its values are not to be shown. ``answers``: the
+    stored (messages, case) that stand for ``reference`` and ``mistakes``."""
     # Under the grader's key (--hidden) the inputs are the teacher's secret: a failure
     # says which mistake it is and the inputs' shapes, never a number that the inputs or
     # the learner's function chose (its error's text, its output's shape, a difference),
@@ -388,10 +580,9 @@ def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, d
                       else describe_case(args, kwargs))
     precision = precision_of(args, kwargs, dtype)
     args64, kwargs64 = upcast(args), {k: upcast(v) for k, v in kwargs.items()}
-    if reference is not None:
-        expected = reference(*map(_clone, args64), **{k: _clone(v) for k, v in kwargs64.items()})
-        tol = tolerance(reference, args64, kwargs64, expected,
-                        fair_precision(args, kwargs, precision), smooth, slack)
+    if judge is None:       # a reference's answer, stored or computed
+        expected, tol = ((answers[1]["expected"], answers[1]["tol"]) if answers is not None
+                         else expected_output(reference, args, kwargs, dtype, smooth, slack))
     try:
         got, args_after, kwargs_after = call_learner(
             fn, tuple(map(_clone, args)), {k: _clone(v) for k, v in kwargs.items()},
@@ -408,7 +599,7 @@ def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, d
         raise AssertionError(f"{name}: your function modified its input in place; "
                              "compute a new tensor instead (for example x - m, "
                              "not x -= m)")
-    if reference is not None:
+    if judge is None:
         ok, diff, why = compare(got, expected, tol, precision, outputs,
                                 _float32_in((args, kwargs, got)))
         hinted = (compare(got, expected, tol, precision, outputs, True)[2]
@@ -425,24 +616,28 @@ def _judge_case(fn, name, args, kwargs, reference, judge, mistakes, forbidden, d
                 why = hinted
     else:
         ok, diff, why = judge(got, args64, kwargs64, precision)
-    if ok and non_finite(got) and (reference is None or not non_finite(expected)):
+    if ok and non_finite(got) and (judge is not None or not non_finite(expected)):
         ok, diff, why = False, math.inf, "your answer contains NaN or inf"
     if ok:
         return diff
-    mistake = _named_mistake(got, mistakes, args64, kwargs64, precision, smooth)
+    if answers is not None:
+        mistake = _named_mistake(got, answers[0], answers[1]["mistakes"], precision)
+    else:
+        mistake = _named_mistake(got, [m for m, _ in mistakes], mistake_outputs(
+            mistakes, args64, kwargs64, precision, smooth), precision)
     if secret and not label:
         raise AssertionError(f"{name}: {mistake} (on {where})" if mistake else
                              f"{name}: your output is wrong on {where}")
     if label:       # no value of the input's or of the reference's output
         if mistake:
             raise AssertionError(f"{name}: {mistake} (on {label})")
-        if reference is not None and math.isfinite(diff):
+        if judge is None and math.isfinite(diff):
             raise AssertionError(f"{name}: your output differs from the reference "
                                  f"(on {label})")
         raise AssertionError(f"{name}: {why} (on {label})")
     if mistake:
         raise AssertionError(f"{name}: {mistake} (on input ({where}): {why})")
-    if reference is not None and math.isfinite(diff):
+    if judge is None and math.isfinite(diff):
         raise AssertionError(f"{name}: your output differs from the reference on input "
                              f"({where}): {why}")
     raise AssertionError(f"{name}: {why} (on input ({where}))")

@@ -1,5 +1,6 @@
 """Checks for the exercises of chapter 3 (majority); the one on the replication's statistics
-(the projection's main effect) is in :mod:`.majority_stats`."""
+(the projection's main effect) is in :mod:`.majority_stats`. Their references and known
+mistakes are the teacher's key (:mod:`lncourse.checks.key.majority`)."""
 
 from __future__ import annotations
 
@@ -7,37 +8,18 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from lncourse.checks._compare import Verdict, kind_problem
-from lncourse.checks._core import case, drawn_ints, generator, run_check
+from lncourse.checks._core import Key, case, drawn_ints, generator, run_check
 
-__all__ = ["check_has_clear_majority", "check_norm_without_projection",
-           "check_query_angle", "check_attend_counts", "check_uniform_query_weights"]
 
 # the chapter's other check (its exercise on the statistics) lives apart, with its data;
 # the lesson finds it here, as checks.check_projection_main_effect
 from lncourse.checks.majority_stats import check_projection_main_effect  # noqa: E402,F401
 
-
-# ------------------------------------------------------------- the margin rule
-def _clear_majority(counts: Tensor, min_margin: int) -> Tensor:
-    top2 = counts.topk(2, dim=1).values
-    return (top2[:, 0] - top2[:, 1] >= min_margin) & (top2[:, 1] > 0)
-
-
-_MARGIN_MISTAKES = [
-    ("a margin of exactly min_margin counts as clear: use >=, not >",
-     lambda c, m: (lambda t: (t[:, 0] - t[:, 1] > m) & (t[:, 1] > 0))(c.topk(2, 1).values)),
-    ("a sequence made of a single class has no second class: the released code drops "
-     "it (len(part) == 1), so require the second count to be positive",
-     lambda c, m: (lambda t: t[:, 0] - t[:, 1] >= m)(c.topk(2, 1).values)),
-    ("compare the two largest counts, not the first two entries of the row",
-     lambda c, m: (c[:, 0] - c[:, 1] >= m) & (c[:, 1] > 0)),
-    ("compare the largest with the second largest count, not with the smallest",
-     lambda c, m: (c.max(1).values - c.min(1).values >= m) & (c.topk(2, 1).values[:, 1] > 0)),
-]
+__all__ = ["check_has_clear_majority", "check_norm_without_projection",
+           "check_query_angle", "check_attend_counts", "check_uniform_query_weights"]
 
 
 def check_has_clear_majority(fn: Callable[[Tensor, int], Tensor], *, hidden: bool = False) -> None:
@@ -59,26 +41,7 @@ def check_has_clear_majority(fn: Callable[[Tensor, int], Tensor], *, hidden: boo
         cases += [case(edge, 0), case(torch.tensor([[4, 9]]), 5),
                   case(torch.randint(0, 30, (500, 7), generator=g), 10)]
     run_check(fn, "has_clear_majority", ["counts", "min_margin"], cases,
-              reference=_clear_majority, mistakes=_MARGIN_MISTAKES)
-
-
-# ------------------------------------------------- LayerNorm without projection
-def _no_projection(x: Tensor) -> Tensor:
-    return math.sqrt(x.shape[-1]) * x / x.norm(dim=-1, keepdim=True)
-
-
-_NO_PROJECTION_MISTAKES = [
-    ("that is the released code's version, x / (||x|| sqrt(d)): the paper's has norm "
-     "sqrt(d), multiply by sqrt(d) instead of dividing",
-     lambda x: x / x.norm(dim=-1, keepdim=True) / math.sqrt(x.shape[-1])),
-    ("you subtracted the mean: that is full LayerNorm; without projection the "
-     "numerator is x itself",
-     lambda x: F.layer_norm(x, x.shape[-1:], eps=1e-12)),
-    ("the output should have norm sqrt(d), not 1: multiply x / ||x|| by sqrt(d)",
-     lambda x: x / x.norm(dim=-1, keepdim=True)),
-    ("normalise over the last axis (each vector on its own), not the whole tensor",
-     lambda x: math.sqrt(x.shape[-1]) * x / x.norm()),
-]
+              key=Key(__name__, hidden))
 
 
 def check_norm_without_projection(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
@@ -92,32 +55,10 @@ def check_norm_without_projection(fn: Callable[[Tensor], Tensor], *, hidden: boo
         cases += [case(torch.randn(2, 2, 2, 6, generator=g) * 1e3),
                   case(torch.randn(4, 9, generator=g) * 1e-3),
                   case(torch.randn(5, 21, generator=g, dtype=torch.float64))]
-    run_check(fn, "norm_without_projection", ["x"], cases, reference=_no_projection,
-              mistakes=_NO_PROJECTION_MISTAKES, forbidden={
+    run_check(fn, "norm_without_projection", ["x"], cases,
+              key=Key(__name__, hidden), forbidden={
                   "lncourse.majority.task.norm1": "this exercise asks you to write it yourself, "
                   "not to call the chapter's norm1"})
-
-
-# ----------------------------------------------------------------- the query angle
-def _angle(queries: Tensor) -> Tensor:
-    along = queries.sum(-1).abs() / math.sqrt(queries.shape[-1])
-    across = (queries - queries.mean(-1, keepdim=True)).norm(dim=-1)
-    return torch.rad2deg(torch.atan2(across, along))
-
-
-_ANGLE_MISTAKES = [
-    ("fold the angle into [0, 90]: a query pointing along -1 also gives every key the "
-     "same score, so it counts as aligned (use |cos| or 90 - |angle - 90|)",
-     lambda q: torch.rad2deg(torch.acos(
-         F.cosine_similarity(q, torch.ones_like(q), dim=-1).clamp(-1, 1)))),
-    ("the angle should be in degrees, not radians (torch.rad2deg)",
-     lambda q: torch.acos(F.cosine_similarity(q, torch.ones_like(q), dim=-1)
-                          .abs().clamp(max=1.0))),
-    ("the cosine divides by both norms: ||1|| = sqrt(d), not 1",
-     lambda q: torch.rad2deg(torch.acos((q.sum(-1).abs() / q.norm(dim=-1)).clamp(max=1.0)))),
-    ("that is the angle to the first axis, not to the all-ones vector",
-     lambda q: torch.rad2deg(torch.acos((q[..., 0].abs() / q.norm(dim=-1)).clamp(max=1.0)))),
-]
 
 
 def _acos_slack(u: float) -> float:
@@ -137,32 +78,10 @@ def check_query_angle(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -
         cases += [case(torch.tensor([[3.0, 3.0], [1.0, -1.0], [0.0, 5.0]])),
                   case(torch.randn(2, 3, 4, 16, generator=g) - 2.0),
                   case(torch.randn(20, 5, generator=g, dtype=torch.float64))]
-    run_check(fn, "query_angle", ["queries"], cases, reference=_angle,
-              mistakes=_ANGLE_MISTAKES, slack=_acos_slack, forbidden={
+    run_check(fn, "query_angle", ["queries"], cases,
+              key=Key(__name__, hidden), slack=_acos_slack, forbidden={
                   "lncourse.majority.task.query_angles": "this exercise asks you to write it "
                   "yourself, not to call the chapter's query_angles"})
-
-
-# ------------------------------------------------------------ multiset attention
-def _attend_counts(scores: Tensor, counts: Tensor, values: Tensor) -> Tensor:
-    logits = scores.unsqueeze(0) + torch.log(counts.to(scores.dtype)).unsqueeze(1)
-    return torch.softmax(logits, dim=-1) @ values
-
-
-_ATTEND_MISTAKES = [
-    ("each class must be weighted by how often it occurs: softmax over S_ij + log c_bj "
-     "(you attended to every class once, present or not)",
-     lambda S, c, v: torch.softmax(S, -1).unsqueeze(0).expand(c.shape[0], -1, -1) @ v),
-    ("classes absent from the sequence must get zero weight, and present ones weight "
-     "proportional to their count (you attended once to each present class)",
-     lambda S, c, v: torch.softmax(S.unsqueeze(0) + torch.log((c > 0).to(S.dtype))
-                                   .unsqueeze(1), -1) @ v),
-    ("multiplying the weights by the counts after the softmax needs renormalising: "
-     "the weights of a query must sum to 1",
-     lambda S, c, v: (torch.softmax(S, -1).unsqueeze(0) * c.unsqueeze(1).to(S.dtype)) @ v),
-    ("add log c_bj to the scores, do not multiply the scores by the counts",
-     lambda S, c, v: torch.softmax(S.unsqueeze(0) * c.unsqueeze(1).to(S.dtype), -1) @ v),
-]
 
 
 def check_attend_counts(fn: Callable[[Tensor, Tensor, Tensor], Tensor], *,
@@ -184,7 +103,7 @@ def check_attend_counts(fn: Callable[[Tensor, Tensor, Tensor], Tensor], *,
                   case(torch.randn(C, C, generator=g, dtype=torch.float64), counts,
                        torch.randn(C, 3, generator=g, dtype=torch.float64))]
     run_check(fn, "attend_counts", ["scores", "counts", "values"], cases,
-              reference=_attend_counts, mistakes=_ATTEND_MISTAKES)
+              key=Key(__name__, hidden))
 
 
 # ------------------------------------------------- queries parallel to 1, by hand
@@ -224,22 +143,6 @@ def _uniform_judge(got, args, kwargs, precision) -> Verdict:
     return True, across / alive, ""
 
 
-_UNIFORM_MISTAKES = [
-    ("with W_Q = W_K = I the query is the token itself, which is orthogonal to 1: "
-     "scores then depend on the key. Make W_Q map every vector onto the 1 direction",
-     lambda d: (torch.eye(d), torch.eye(d))),
-    ("1 1^T kills every LayerNorm'd vector (they are orthogonal to 1), so the query "
-     "is 0; use 1 w^T with some w that is not parallel to 1",
-     lambda d: (torch.ones(d, d), torch.eye(d))),
-    ("all-zero weights give uniform attention only trivially (zero queries); make the "
-     "query a nonzero multiple of 1 for almost every token",
-     lambda d: (torch.zeros(d, d), torch.eye(d))),
-    ("W_Q = w 1^T is the transpose: it sends every LayerNorm'd token to 0, since "
-     "1 . h = 0; the query should be 1 (w . h), so W_Q = 1 w^T",
-     lambda d: (torch.outer(torch.eye(d)[0], torch.ones(d)), torch.eye(d))),
-]
-
-
 def check_uniform_query_weights(fn: Callable[[int], tuple[Tensor, Tensor]], *,
                                 hidden: bool = False) -> None:
     """``uniform_query_weights(d)`` -> (W_Q, W_K), queries parallel to 1, almost never 0."""
@@ -247,16 +150,6 @@ def check_uniform_query_weights(fn: Callable[[int], tuple[Tensor, Tensor]], *,
     sizes = (3, 8, 21) + ((2, *drawn_ints(12, 4, 40), *drawn_ints(13, 41, 96))
                           if hidden else ())
     run_check(fn, "uniform_query_weights", ["d"], [case(d) for d in sizes],
+              key=Key(__name__, hidden),
               judge=_uniform_judge, passed="queries are nonzero multiples of 1",
-              mistakes=_UNIFORM_MISTAKES, dtype=torch.float32)
-
-
-# The known mistakes of every exercise this module checks, by the exercise's function
-# name (tests/checks/test_exercises.py writes an answer for each).
-MISTAKES = {
-    "has_clear_majority": _MARGIN_MISTAKES,
-    "uniform_query_weights": _UNIFORM_MISTAKES,
-    "attend_counts": _ATTEND_MISTAKES,
-    "norm_without_projection": _NO_PROJECTION_MISTAKES,
-    "query_angle": _ANGLE_MISTAKES,
-}
+              dtype=torch.float32)

@@ -9,8 +9,7 @@ import torch
 
 from answers import RIGHT
 from lncourse import checks
-from lncourse.checks import (layernorm, layernorm_grad, majority, majority_stats, nope,
-                             selectability)
+from lncourse.checks.key import layernorm, layernorm_grad, majority, majority_stats, nope, selectability
 from stored_results_plugin import marked
 
 FUNCTIONS = [f for m in (layernorm, layernorm_grad, selectability, majority, majority_stats,
