@@ -90,21 +90,30 @@ def test_snapshot_parameters_give_the_stored_accuracies(run):
 
 
 def test_an_interrupted_run_keeps_its_snapshots(tmp_path, run):
+    """Interrupted after any evaluation and resumed, the run stores the same snapshots:
+    among those resumes, one just before a crossing, whose evaluation before is the one
+    the resumed recorder started from (it must remember its weights)."""
     _, history, thresholds = run
-    path = tmp_path / "run.ckpt"
+    steps = history["step"]
+    acc = np.asarray(history["test_acc"])
+    crossing_steps = {steps[i] for t in thresholds for m in range(acc.shape[1])
+                      for i in np.flatnonzero(acc[:, m] >= t)[:1] if i > 0}
+    assert crossing_steps - {steps[1]}, "no crossing right after a resume's step"
+    for saved in steps[:-1]:
+        path = tmp_path / f"run{saved}.ckpt"
 
-    def crash(step):
-        if step == 14:
-            raise KeyboardInterrupt
+        def crash(step):
+            if step == saved + 1:
+                raise KeyboardInterrupt
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(S, "THRESHOLDS", thresholds)
-        mp.setattr(S, "REPORTED_STEPS", (8,))
-        with pytest.raises(KeyboardInterrupt):
-            RUNS.record(SMALL, checkpoint_path=path, show_progress=False, _on_step=crash)
-        resumed = RUNS.record(SMALL, checkpoint_path=path, show_progress=False)
-    assert resumed["snapshots"] == history["snapshots"]
-    assert resumed["test_acc"] == history["test_acc"]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(S, "THRESHOLDS", thresholds)
+            mp.setattr(S, "REPORTED_STEPS", (8,))
+            with pytest.raises(KeyboardInterrupt):
+                RUNS.record(SMALL, checkpoint_path=path, show_progress=False, _on_step=crash)
+            resumed = RUNS.record(SMALL, checkpoint_path=path, show_progress=False)
+        assert resumed["snapshots"] == history["snapshots"], saved
+        assert resumed["test_acc"] == history["test_acc"], saved
 
 
 def test_data_seed_presets_are_the_paper_settings_on_other_data():
