@@ -356,17 +356,20 @@ def load_arrays(name: str, field: str) -> dict:
 COLUMN_CHARS = 77
 
 
-def describe(result: dict, width: int | None = None) -> str:
+def describe(result: dict, width: int | None = None, today: bool = False) -> str:
     """One line saying what ran where: for captions and printed labels. With ``width``,
-    wrapped into lines of at most ``width`` characters (printed in the book: COLUMN_CHARS)."""
+    wrapped into lines of at most ``width`` characters (printed in the book: COLUMN_CHARS).
+    With ``today``, the command as it runs today (:func:`today_command`: a module that has
+    moved since is named as it is now), to run it again."""
     p = result["provenance"]
+    command = today_command(p["command"]) if today else p["command"]
     hours = p["wall_seconds"] / 3600
     took = f"{hours:.1f} h" if hours >= 1 else f"{p['wall_seconds'] / 60:.0f} min"
     done = ""
     steps = result.get("config", {}).get("steps")
     if steps and result.get("step") and result["step"][-1] != steps:
         done = f"; INCOMPLETE: the first {result['step'][-1]:,} of {steps:,} steps"
-    line = (f"stored result: `{p['command']}`, commit {p['git_commit'][:10]}, "
+    line = (f"stored result: `{command}`, commit {p['git_commit'][:10]}, "
             f"{p['device']}, torch {p['torch']}, {took}{done}")
     return line if width is None else textwrap.fill(line, width, subsequent_indent="  ",
                                                     break_on_hyphens=False)
