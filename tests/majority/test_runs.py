@@ -80,6 +80,7 @@ def test_a_run_started_under_the_trainers_name_resumes_here(tmp_path, monkeypatc
 
 STORED = RESULTS_DIR / "majority" / "data_seed1.json"
 REPLAY_STEPS = 1000      # the first reported step, where every model is stored
+TOLERANCE = 1e-3         # parameters and accuracies (the test's docstring says why)
 
 
 @pytest.mark.slow
@@ -89,8 +90,11 @@ def test_todays_trainer_and_recorder_give_the_stored_snapshots():
     curve and the parameters stored at every snapshot step up to there, and none else:
     the trainer and its caller together still compute what the stored file holds (about
     a minute of one CPU thread). On the CPU that wrote the file (an AMD EPYC, one thread)
-    they agree bit for bit; the tolerance is for another CPU's last bits, amplified by
-    1,000 steps of Adam, and is far below the change of a weight between evaluations."""
+    they agree bit for bit; under the perturbed numerics (scripts/perturbed.sh) the
+    parameters moved by 2.9e-5 and the accuracies by 8.0e-6: 1,000 steps of Adam amplify
+    another CPU's last bits. The tolerance, 1e-3, is 35 times that and a hundredth of
+    what a weight moves between two evaluations (0.10: a snapshot of the evaluation
+    before, in place of its own, fails)."""
     stored = json.loads(STORED.read_text())
     config = MajorityConfig.from_dict(stored["config"])
     variant, seed, lr = config.models[0]
@@ -100,7 +104,7 @@ def test_todays_trainer_and_recorder_give_the_stored_snapshots():
     n = len(replay["step"])
     assert replay["step"] == stored["step"][:n] and replay["step"][-1] == REPLAY_STEPS
     np.testing.assert_allclose(replay["test_acc"], np.asarray(stored["test_acc"])[:n, :1],
-                               rtol=0, atol=1e-4)
+                               rtol=0, atol=TOLERANCE)
     shapes = {k: tuple(v.shape[1:]) for k, v in majority.stack_params(
         [initial_model(variant, seed, config)]).items()}
     had = [s for s in S.snapshot_steps(stored) if s <= REPLAY_STEPS
@@ -112,4 +116,4 @@ def test_todays_trainer_and_recorder_give_the_stored_snapshots():
         i = models.index(0)
         for k in shapes:
             np.testing.assert_allclose(got[k][0].numpy(), want[k][i].numpy(), rtol=0,
-                                       atol=1e-4, err_msg=f"{k} at step {step}")
+                                       atol=TOLERANCE, err_msg=f"{k} at step {step}")
