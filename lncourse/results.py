@@ -136,9 +136,9 @@ RENAMED = {
     "lncourse.majority_config": "lncourse.majority.config",
     "lncourse.majority_report": "lncourse.evidence.majority.report",
     "lncourse.majority_single": "lncourse.majority.single",
-    "lncourse.majority_snapshots": "lncourse.majority.snapshots",
+    "lncourse.majority_snapshots": "lncourse.evidence.majority.snapshots",
     "lncourse.majority_stats": "lncourse.majority.stats",
-    "lncourse.majority_train": "lncourse.majority.train",
+    "lncourse.majority_train": "lncourse.evidence.majority.runs",
     "lncourse.majority_verdict": "lncourse.evidence.majority.verdict",
     "lncourse.multiset": "lncourse.majority.multiset",
     "lncourse.multiset_fused": "lncourse.majority.multiset_fused",
@@ -214,6 +214,11 @@ RENAMED = {
     "lncourse.norms.review": "lncourse.evidence.norms.review",
     "lncourse.norms.trained": "lncourse.evidence.norms.trained",
     "lncourse.norms.verdict": "lncourse.evidence.norms.verdict",
+    # chapter 3's trainer trains and its caller records (issue 59): the stored runs'
+    # command line and their parameter snapshots left lncourse.majority.train (which
+    # stays, the course's trainer) for the evidence
+    "lncourse.majority.train": "lncourse.evidence.majority.runs",
+    "lncourse.majority.snapshots": "lncourse.evidence.majority.snapshots",
 }
 
 
@@ -351,17 +356,20 @@ def load_arrays(name: str, field: str) -> dict:
 COLUMN_CHARS = 77
 
 
-def describe(result: dict, width: int | None = None) -> str:
+def describe(result: dict, width: int | None = None, today: bool = False) -> str:
     """One line saying what ran where: for captions and printed labels. With ``width``,
-    wrapped into lines of at most ``width`` characters (printed in the book: COLUMN_CHARS)."""
+    wrapped into lines of at most ``width`` characters (printed in the book: COLUMN_CHARS).
+    With ``today``, the command as it runs today (:func:`today_command`: a module that has
+    moved since is named as it is now), to run it again."""
     p = result["provenance"]
+    command = today_command(p["command"]) if today else p["command"]
     hours = p["wall_seconds"] / 3600
     took = f"{hours:.1f} h" if hours >= 1 else f"{p['wall_seconds'] / 60:.0f} min"
     done = ""
     steps = result.get("config", {}).get("steps")
     if steps and result.get("step") and result["step"][-1] != steps:
         done = f"; INCOMPLETE: the first {result['step'][-1]:,} of {steps:,} steps"
-    line = (f"stored result: `{p['command']}`, commit {p['git_commit'][:10]}, "
+    line = (f"stored result: `{command}`, commit {p['git_commit'][:10]}, "
             f"{p['device']}, torch {p['torch']}, {took}{done}")
     return line if width is None else textwrap.fill(line, width, subsequent_indent="  ",
                                                     break_on_hyphens=False)

@@ -25,13 +25,14 @@ for spec in three_d grid_b500 grid_b6000 data_seed1:5000 data_seed2:5000; do
   fi
   echo "[majority] $preset: started $(date -u +%FT%TZ)"
   # shellcheck disable=SC2086
-  $PY -m lncourse.majority.train --preset "$preset" $steps --device "$DEVICE" --quiet
+  $PY -m lncourse.evidence.majority.runs --preset "$preset" $steps --device "$DEVICE" --quiet
 done
-# the paper run, with parameter snapshots (results/README.md: what the tests guard)
+# the paper run, with the parameter snapshots this command records (results/README.md:
+# what the tests guard)
 if ! $PY -c "import json, sys; r = json.load(open('results/majority/paper_snapshots.json')); \
     sys.exit(0 if r['step'][-1] == r['config']['steps'] else 1)" 2>/dev/null; then
   echo "[majority] paper (paper_snapshots.json): started $(date -u +%FT%TZ)"
-  $PY -m lncourse.majority.train --preset paper --out results/majority/paper_snapshots.json \
+  $PY -m lncourse.evidence.majority.runs --preset paper --out results/majority/paper_snapshots.json \
     --device "$DEVICE" --quiet
 fi
 # chapter 3's ledger of reported numbers, from whatever is stored now

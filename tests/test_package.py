@@ -210,6 +210,30 @@ def test_layout_rules_bite():
                             "lncourse.evidence.majority.bench": {"lncourse.majority.train"}}) == []
 
 
+def reach(graph: dict[str, set[str]], module: str) -> set[str]:
+    """Every module ``module`` imports, directly or through others."""
+    found, todo = set(), [module]
+    while todo:
+        for dep in graph.get(todo.pop(), ()):
+            if dep not in found:
+                found.add(dep)
+                todo.append(dep)
+    return found
+
+
+def test_the_majority_trainer_trains_and_its_caller_records():
+    """Issue 59: chapter 3's trainer shows each evaluation to its caller (on_evaluation)
+    and records nothing itself; the parameter snapshots of the stored runs are recorded
+    by their command line, in the evidence. The trainer reaches no recorder, at any
+    depth, and the command that records reaches it."""
+    graph = {module_name(p): imports(p) for p in MODULES}
+    recorder = "lncourse.evidence.majority.snapshots"
+    assert recorder in NAMES and "lncourse.majority.snapshots" not in NAMES
+    assert recorder not in reach(graph, "lncourse.majority.train")
+    assert recorder in reach(graph, "lncourse.evidence.majority.runs")
+    assert reach({"a": {"b"}, "b": {"c"}, "c": {"a"}}, "a") == {"a", "b", "c"}
+
+
 def test_root_holds_only_the_core_and_the_folders():
     root = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
     folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}

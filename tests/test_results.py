@@ -143,13 +143,17 @@ def test_a_modified_checkout_neither_starts_nor_stores_a_run(tmp_path, monkeypat
 
 def test_a_run_started_before_the_move_resumes_under_the_new_name(tmp_path):
     """Issue 20 moved the modules; a checkpoint started as `python -m lncourse.majority_train`
-    resumes as `python -m lncourse.majority.train`, and as nothing else."""
+    (or, before issue 59 took the command out of the trainer, `lncourse.majority.train`)
+    resumes as `python -m lncourse.evidence.majority.runs`, and as nothing else."""
     ckpt = tmp_path / "run.ckpt"
     old = "python -m lncourse.majority_train --preset paper --quiet --allow-dirty"
     R.run_started(ckpt, old)
     ckpt.write_bytes(b"x")
-    again = R.run_started(ckpt, "python -m lncourse.majority.train --preset paper --allow-dirty")
+    again = R.run_started(ckpt, "python -m lncourse.evidence.majority.runs --preset paper "
+                                "--allow-dirty")
     assert again["command"] == old
+    assert R.today_command("python -m lncourse.majority.train --preset paper") == \
+        "python -m lncourse.evidence.majority.runs --preset paper"
     with pytest.raises(ValueError, match="was started by"):
         R.run_started(ckpt, "python -m lncourse.selectability.lm --preset paper --allow-dirty")
     assert R.today_command("python -m lncourse.nope_probe --preset paper") == \

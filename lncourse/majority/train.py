@@ -9,19 +9,21 @@ per-model losses, so this is the same as training each model alone;
 released ``nn.TransformerEncoderLayer`` and ``torch.optim.Adam``, and the tests compare
 the two.
 
-From Python, ``train(MajorityConfig.quick())`` (see :mod:`lncourse.majority.config`);
-from the command line, a preset written to
-``results/majority/<preset>.json`` with its provenance (resumable from a checkpoint)::
-
-    python -m lncourse.majority.train --preset paper
+From Python, ``train(MajorityConfig.quick())`` (see :mod:`lncourse.majority.config`).
+The trainer trains and reports; it records nothing beyond its history. A caller that
+keeps more as the models train passes ``on_evaluation``, which sees the weights at every
+evaluation: the stored runs keep parameter snapshots that way
+(:mod:`lncourse.evidence.majority.snapshots`), and their command line, which writes
+``results/majority/<preset>.json`` with its provenance, is
+:mod:`lncourse.evidence.majority.runs`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -29,15 +31,15 @@ from torch import Tensor
 
 from lncourse.majority import multiset_fused as FUSED, task as majority
 from lncourse.majority.config import MajorityConfig
-from lncourse.majority.snapshots import SnapshotRecorder
 from lncourse.checkpoint import load_checkpoint, save_checkpoint
 from lncourse.progress import progress
-from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 
-__all__ = ["MajorityConfig", "initial_model", "restore_multiset", "train", "PRESETS",
-           "main"]
+__all__ = ["MajorityConfig", "initial_model", "restore_multiset", "train", "OnEvaluation"]
 
 TRACE_STEPS = 25   # every step's loss is kept for the first steps (what the tests replay)
+
+# on_evaluation(step, params, history): see train()
+OnEvaluation = Callable[[int, dict[str, Tensor], dict], None]
 
 
 # ------------------------------------------------------------------------ pieces
@@ -190,7 +192,8 @@ def restore_multiset(state: dict, config, params: dict[str, Tensor], opt: Adam,
 
 def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
           dtype: torch.dtype = torch.float32, checkpoint_path: str | Path | None = None,
-          show_progress: bool = True, chunk: int | None = None, _on_step=None) -> dict:
+          show_progress: bool = True, chunk: int | None = None,
+          on_evaluation: OnEvaluation | None = None, _on_step=None) -> dict:
     """Train every (variant, seed, lr) of ``config`` together; return the history.
 
     History (a JSON-friendly dict): ``variant``, ``seed``, ``lr`` (one entry per model),
@@ -198,9 +201,16 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     ``train_loss`` (mean training batch loss since the previous evaluation; at step 0
     the loss of the first batch), ``test_acc`` (per token) and ``query_angle`` (mean
     angle in degrees of the effective queries to 1 over the test tokens); ``trace``, the
-    loss of each of the first steps; ``final_params``; ``snapshots``, every model's
-    parameters at the reported steps and around its crossings of 80% and 90% (see
-    :mod:`lncourse.majority.snapshots`).
+    loss of each of the first steps; ``final_params``; ``seconds``.
+
+    ``on_evaluation(step, params, history)``, when given, sees the run as it trains:
+    first at the evaluation training starts from (step 0 of a fresh run; a resumed
+    run's last saved evaluation, its weights restored), then after every evaluation,
+    once it is in ``history``. ``params`` are the live stacked (M, ...) tensors: read
+    them, copy what you keep, never change them. What the callback adds to ``history``
+    (under a key of its own) is saved with the checkpoint and returned, so it survives
+    an interruption: the stored runs record their parameter snapshots so
+    (:class:`lncourse.evidence.majority.snapshots.SnapshotRecorder`).
 
     With ``checkpoint_path``, the state is saved at every evaluation and an existing
     checkpoint of the same configuration is resumed: the history comes out the same as
@@ -239,13 +249,15 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
             "optimizer": opt.state(), "epoch_states": [o.epoch_state for o in orders]},
             kind="majority")
 
-    if not history["step"]:  # a fresh run (a checkpoint at step 0 already holds it)
+    fresh = not history["step"]  # (a checkpoint at step 0 already holds step 0)
+    if fresh:
         c, y = batch(0)
         loss0, _ = FUSED.multiset_evaluate(params, c, y, variants, chunk)
         record_evaluation(history, 0, loss0, *_evaluate(params, variants, data))
-        if checkpoint_path:
-            checkpoint(0)
-    snapshots = SnapshotRecorder(history, params, history["step"][-1])
+    if on_evaluation is not None:      # the evaluation training starts from
+        on_evaluation(history["step"][-1], params, history)
+    if fresh and checkpoint_path:
+        checkpoint(0)
 
     bar = progress(range(start, config.steps), total=config.steps, initial=start,
                    desc="majority", disable=not show_progress)
@@ -266,7 +278,8 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
             _raise_if_not_finite(loss_sum, done, config)
             acc, angle = _evaluate(params, variants, data)
             record_evaluation(history, done, loss_sum / (done - history["step"][-1]), acc, angle)
-            snapshots.at_evaluation(done, params, config.steps)
+            if on_evaluation is not None:
+                on_evaluation(done, params, history)
             loss_sum.zero_()
             if checkpoint_path:
                 checkpoint(done)
@@ -279,59 +292,6 @@ def train(config: MajorityConfig, *, device: torch.device | str = "cpu",
     return history
 
 
-# --------------------------------------------------------------------- command line
-PRESETS = {"paper": MajorityConfig.paper, "quick": MajorityConfig.quick,
-           "three_d": MajorityConfig.three_d,
-           "grid_b500": lambda: MajorityConfig.grid(500),
-           "grid_b6000": lambda: MajorityConfig.grid(6000),
-           "data_seed1": lambda: MajorityConfig.other_data(1),
-           "data_seed2": lambda: MajorityConfig.other_data(2)}
-
-
-def _partial_history(config: MajorityConfig, checkpoint: Path) -> dict:
-    """The history a checkpoint holds so far, with the weights at its last step."""
-    state = load_checkpoint(checkpoint, kind="majority")
-    if state is None or state.get("config") != dataclasses.asdict(config):
-        raise ValueError(f"{checkpoint} holds no checkpoint of this configuration")
-    history = state["history"]
-    history["final_params"] = {k: p.tolist() for k, p in state["params"].items()}
-    history["seconds"] = state["elapsed"]
-    return history
-
-
-def main(argv: list[str] | None = None) -> Path:
-    """``python -m lncourse.majority.train --preset paper``: train, write the result."""
-    parser = run_arguments("lncourse.majority.train", "Train the majority models of "
-                           "chapter 3 and store the history with its provenance.", PRESETS)
-    parser.add_argument("--out", default=None,
-                        help="result file (default results/majority/<preset>.json)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="override the preset's step count (recorded in the config)")
-    parser.add_argument("--checkpoint", default=None, help="checkpoint file (default "
-                        "results/checkpoints/majority_<name>.ckpt); an existing one resumes")
-    parser.add_argument("--export-partial", action="store_true",
-                        help="do not train: write the history of the checkpoint so far "
-                        "(a run that goes on in a later session; its last step tells)")
-    args = parser.parse_args(argv)
-    config = PRESETS[args.preset]()
-    if args.steps is not None:
-        config = dataclasses.replace(config, steps=args.steps)
-    out = Path(args.out) if args.out else RESULTS_DIR / "majority" / f"{args.preset}.json"
-    ckpt = Path(args.checkpoint) if args.checkpoint else \
-        RESULTS_DIR / "checkpoints" / f"majority_{out.stem}.ckpt"
-    command = command_line("lncourse.majority.train", argv)
-    if args.export_partial:
-        history = _partial_history(config, ckpt)
-        started = json.loads(Path(str(ckpt) + ".start.json").read_text())
-    else:
-        started = run_started(ckpt, command)     # the commit and command of the first start
-        history = train(config, device=args.device, checkpoint_path=ckpt,
-                        show_progress=not args.quiet)
-    # an export did not train: the run's thread count is unknown
-    return store_run(out, history, args.device, history.pop("seconds"), started,
-                     "partial export; threads not recorded" if args.export_partial else None,
-                     allow_dirty=args.allow_dirty)
-
-
 if __name__ == "__main__":
-    main()
+    raise SystemExit("the majority runs' command line is python -m "
+                     "lncourse.evidence.majority.runs (the trainer records nothing)")

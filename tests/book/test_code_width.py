@@ -125,3 +125,10 @@ def test_describe_wraps_to_a_width():
     wrapped = describe(stored, width=COLUMN_CHARS)
     assert max(map(len, wrapped.splitlines())) <= COLUMN_CHARS
     assert " ".join(wrapped.split()) == " ".join(describe(stored).split())
+    # a stored command whose module moved since, named as it runs today, still wraps
+    moved = load_result("majority/paper_snapshots")
+    then = moved["provenance"]["command"]
+    assert "lncourse.majority_train" in then and f"`{then}`" in describe(moved)
+    now = describe(moved, width=COLUMN_CHARS, today=True)
+    assert max(map(len, now.splitlines())) <= COLUMN_CHARS
+    assert "`python -m lncourse.evidence.majority.runs --preset paper" in " ".join(now.split())

@@ -1,7 +1,7 @@
 """Every number chapter 3 reports, recomputed from the stored runs and compared with its
 ledger (results/majority/reported.json, see lncourse.evidence.claims and lncourse.evidence.majority.report);
 every claim of its verdict holds; and the stored parameter snapshots give the stored
-curves (lncourse.majority.snapshots).
+curves (lncourse.evidence.majority.snapshots).
 
 What each test guards:
 - test_every_reported_number_matches_the_ledger: every number the chapter prints or states
@@ -27,7 +27,8 @@ import pytest
 import torch
 
 from lncourse.evidence import claims as C
-from lncourse.majority import snapshots as S, task as majority
+from lncourse.evidence.majority import snapshots as S
+from lncourse.majority import task as majority
 from lncourse.evidence.majority import report as R
 from lncourse.majority.config import MajorityConfig
 from stored_results_plugin import representative

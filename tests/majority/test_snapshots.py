@@ -1,5 +1,7 @@
-"""The majority trainer's parameter snapshots (lncourse.majority.snapshots): they hold
-the models behind the reported numbers, so that a test can recompute those numbers."""
+"""The stored majority runs' parameter snapshots (lncourse.evidence.majority.snapshots,
+recorded by the runs' command line lncourse.evidence.majority.runs through the trainer's
+on_evaluation): they hold the models behind the reported numbers, so that a test can
+recompute those numbers; and recording them changes nothing the trainer computes."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.majority import snapshots as S, task as majority, train as T
+from lncourse.evidence.majority import runs as RUNS, snapshots as S
+from lncourse.majority import task as majority, train as T
 from lncourse.majority.config import MajorityConfig
 
 SMALL = MajorityConfig(n_samples=1500, seq_len=20, n_classes=6, min_margin=2, d_model=4,
@@ -35,7 +38,7 @@ def run():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(S, "THRESHOLDS", thresholds)
         mp.setattr(S, "REPORTED_STEPS", (8,))
-        history = T.train(SMALL, show_progress=False)
+        history = RUNS.record(SMALL, show_progress=False)
     return plain, history, thresholds
 
 
@@ -43,6 +46,10 @@ def test_snapshots_do_not_change_what_is_trained(run):
     plain, history, _ = run
     for key in ("train_loss", "test_acc", "query_angle", "trace", "final_params"):
         assert history[key] == plain[key], key
+    # the trainer records nothing itself: the snapshots are its caller's
+    assert "snapshots" not in plain and S.snapshot_steps(history)
+    assert list(history) == [*(k for k in plain if k != "final_params" and k != "seconds"),
+                             "snapshots", "final_params", "seconds"]   # a stored file's order
 
 
 def test_snapshots_hold_the_reported_steps_and_both_sides_of_each_crossing(run):
@@ -83,21 +90,30 @@ def test_snapshot_parameters_give_the_stored_accuracies(run):
 
 
 def test_an_interrupted_run_keeps_its_snapshots(tmp_path, run):
+    """Interrupted after any evaluation and resumed, the run stores the same snapshots:
+    among those resumes, one just before a crossing, whose evaluation before is the one
+    the resumed recorder started from (it must remember its weights)."""
     _, history, thresholds = run
-    path = tmp_path / "run.ckpt"
+    steps = history["step"]
+    acc = np.asarray(history["test_acc"])
+    crossing_steps = {steps[i] for t in thresholds for m in range(acc.shape[1])
+                      for i in np.flatnonzero(acc[:, m] >= t)[:1] if i > 0}
+    assert crossing_steps - {steps[1]}, "no crossing right after a resume's step"
+    for saved in steps[:-1]:
+        path = tmp_path / f"run{saved}.ckpt"
 
-    def crash(step):
-        if step == 14:
-            raise KeyboardInterrupt
+        def crash(step):
+            if step == saved + 1:
+                raise KeyboardInterrupt
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(S, "THRESHOLDS", thresholds)
-        mp.setattr(S, "REPORTED_STEPS", (8,))
-        with pytest.raises(KeyboardInterrupt):
-            T.train(SMALL, checkpoint_path=path, show_progress=False, _on_step=crash)
-        resumed = T.train(SMALL, checkpoint_path=path, show_progress=False)
-    assert resumed["snapshots"] == history["snapshots"]
-    assert resumed["test_acc"] == history["test_acc"]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(S, "THRESHOLDS", thresholds)
+            mp.setattr(S, "REPORTED_STEPS", (8,))
+            with pytest.raises(KeyboardInterrupt):
+                RUNS.record(SMALL, checkpoint_path=path, show_progress=False, _on_step=crash)
+            resumed = RUNS.record(SMALL, checkpoint_path=path, show_progress=False)
+        assert resumed["snapshots"] == history["snapshots"], saved
+        assert resumed["test_acc"] == history["test_acc"], saved
 
 
 def test_data_seed_presets_are_the_paper_settings_on_other_data():
@@ -108,4 +124,4 @@ def test_data_seed_presets_are_the_paper_settings_on_other_data():
         assert c.variants == ("layernorm", "no_projection_released")
         assert dataclasses.replace(c, data_seed=0, seeds=paper.seeds,
                                    variants=paper.variants) == paper
-    assert T.PRESETS["data_seed2"]() == MajorityConfig.other_data(2)
+    assert RUNS.PRESETS["data_seed2"]() == MajorityConfig.other_data(2)

@@ -1,5 +1,6 @@
 """Tests for chapter 3's code: data and model (lncourse.majority.task), the multiset engines
-(lncourse.majority.multiset), the trainer and its command line (lncourse.majority.train)."""
+(lncourse.majority.multiset), the trainer (lncourse.majority.train) and what it shows its
+caller (on_evaluation); the stored runs' command line is tested in test_runs.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from lncourse.majority import multiset as MS, multiset_fused as FUSED, task as M
 from lncourse.majority.config import MajorityConfig
 from lncourse.majority.stats import history_arrays
 from lncourse.majority.single import train_single
-from lncourse.majority.train import lr_factor, initial_model, main, train
+from lncourse.majority.train import lr_factor, initial_model, train
 
 # A small configuration that exercises every code path in a second or two.
 SMALL = MajorityConfig(n_samples=1500, seq_len=20, n_classes=6, min_margin=2, d_model=4,
@@ -366,8 +367,7 @@ def test_interrupted_run_resumes_to_the_same_history(tmp_path, crash_at, saved_s
     saved = torch.load(path, weights_only=True)
     assert saved["step"] == saved_step and saved["config"] == dataclasses.asdict(SMALL)
     resumed = train(SMALL, checkpoint_path=path, show_progress=False)
-    for key in ("step", "train_loss", "test_acc", "query_angle", "trace", "final_params",
-                "snapshots"):
+    for key in ("step", "train_loss", "test_acc", "query_angle", "trace", "final_params"):
         assert resumed[key] == full[key], key
     with pytest.raises(ValueError, match="holds another run"):
         train(dataclasses.replace(SMALL, lr=2e-3), checkpoint_path=path, show_progress=False)
@@ -376,6 +376,55 @@ def test_interrupted_run_resumes_to_the_same_history(tmp_path, crash_at, saved_s
     save_checkpoint(path, {"step": 3}, kind="lm")                  # the other trainer's file
     with pytest.raises(ValueError, match="lm"):
         train(SMALL, checkpoint_path=path, show_progress=False)
+
+
+def test_the_trainer_shows_each_evaluation_to_its_caller_and_records_nothing(tmp_path):
+    """Issue 59: the trainer trains and its caller records. ``on_evaluation`` sees the
+    step-0 evaluation and each one after, once it is in the history, with that step's
+    weights; a resumed run shows first the evaluation it resumes from, its weights
+    restored; what the caller adds to the history is checkpointed and returned. Without
+    a caller the history holds the trainer's keys only, and a caller changes none."""
+    from lncourse.majority.train import _evaluate, training_tensors
+
+    plain = train(SMALL, show_progress=False)
+    assert "snapshots" not in plain
+    seen = []
+
+    def watch(step, params, history):
+        assert history["step"][-1] == step                 # the evaluation is recorded
+        seen.append((step, {k: p.detach().clone() for k, p in params.items()}))
+        history.setdefault("watched", []).append(step)
+
+    watched = train(SMALL, show_progress=False, on_evaluation=watch)
+    assert [s for s, _ in seen] == plain["step"] == watched["watched"] == [0, 4, 8, 12]
+    for key in ("step", "train_loss", "test_acc", "query_angle", "trace", "final_params"):
+        assert watched[key] == plain[key], key
+    # the weights shown are that step's: they give its accuracies, the last are the final
+    data = training_tensors(SMALL, torch.device("cpu"))
+    variants = tuple(v for v, _, _ in SMALL.models)
+    for i, (step, params) in enumerate(seen):
+        acc, _ = _evaluate(params, variants, data)
+        assert [float(a) for a in acc] == plain["test_acc"][i], step
+    assert {k: p.tolist() for k, p in seen[-1][1].items()} == plain["final_params"]
+    # interrupted after the evaluation at step 4, then resumed
+    path = tmp_path / "run.ckpt"
+    seen.clear()
+
+    def crash(step):
+        if step == 7:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(SMALL, checkpoint_path=path, show_progress=False, on_evaluation=watch,
+              _on_step=crash)
+    at_four = seen[-1]
+    seen.clear()
+    resumed = train(SMALL, checkpoint_path=path, show_progress=False, on_evaluation=watch)
+    assert [s for s, _ in seen] == [4, 8, 12]
+    assert all(torch.equal(seen[0][1][k], at_four[1][k]) for k in at_four[1])
+    assert resumed["watched"] == [0, 4, 4, 8, 12]      # what it added before the crash kept
+    for key in ("step", "test_acc", "final_params"):
+        assert resumed[key] == plain[key], key
 
 
 def test_a_diverging_run_raises_instead_of_returning_nan():
@@ -394,35 +443,6 @@ def test_history_helpers():
         history_arrays(h, "layernorm")
     with pytest.raises(ValueError, match="not in this history"):
         history_arrays(h, "none", lr=1e-3)
-
-
-def test_command_line_writes_a_result_with_provenance(tmp_path, monkeypatch):
-    from lncourse import results
-
-    monkeypatch.setattr(results, "git_commit", lambda: "c" * 40)   # as from a clean clone
-    out, ckpt = tmp_path / "r.json", tmp_path / "r.ckpt"
-    main(["--preset", "three_d", "--steps", "3", "--out", str(out), "--checkpoint", str(ckpt),
-          "--quiet"])
-    h = json.loads(out.read_text())
-    assert h["step"][-1] == 3 and h["config"]["d_model"] == 3 and h["config"]["steps"] == 3
-    assert sorted(set(h["variant"])) == ["layernorm", "no_projection", "no_projection_released"]
-    p = h["provenance"]
-    assert p["command"].startswith("python -m lncourse.majority.train --preset three_d")
-    assert p["torch"] == torch.__version__ and p["device"].startswith("cpu")
-    assert len(p["git_commit"]) >= 40 and p["wall_seconds"] >= 0
-    assert ckpt.exists()
-    with pytest.raises(ValueError, match="was started by"):  # same checkpoint, other command
-        main(["--preset", "three_d", "--steps", "4", "--out", str(out), "--checkpoint",
-              str(ckpt), "--quiet"])
-    # a run stored as far as it got: the history of its checkpoint, the first start's
-    # command and commit, and no claim about threads it did not see
-    partial = tmp_path / "partial.json"
-    main(["--preset", "three_d", "--steps", "3", "--out", str(partial), "--checkpoint",
-          str(ckpt), "--export-partial"])
-    q = json.loads(partial.read_text())
-    assert q["step"] == h["step"] and q["test_acc"] == h["test_acc"]
-    assert q["provenance"]["command"] == p["command"]
-    assert q["provenance"]["device"].endswith("(partial export; threads not recorded)")
 
 
 # ---------------------------------------------------------------------- figures
@@ -494,8 +514,7 @@ def test_a_finished_run_is_shared_without_training_again(tmp_path, monkeypatch):
         raise AssertionError(f"trained step {step} again")
 
     again = train(SMALL, checkpoint_path=path, show_progress=False, _on_step=no_step)
-    for key in ("step", "train_loss", "test_acc", "query_angle", "trace", "final_params",
-                "snapshots"):
+    for key in ("step", "train_loss", "test_acc", "query_angle", "trace", "final_params"):
         assert again[key] == first[key], key
     # the history keeps the training time up to the checkpoint's last save, plus the
     # resume's own: within a few hundredths of a second of the first call's (0.013 s of a

@@ -1,1 +1,3 @@
-"""Chapter 3's evidence: what its replication page and its tests read (see AUTHORING.md)."""
+"""Chapter 3's evidence: what its replication page and its tests read (see AUTHORING.md):
+the stored runs' command line (:mod:`.runs`) and the parameter snapshots it records
+(:mod:`.snapshots`), the benchmark, claims, verdict and the ledger (:mod:`.report`)."""

@@ -1,8 +1,10 @@
-"""The majority models' parameters at the steps chapter 3 reports (chapter 3).
+"""The majority models' parameters at the steps chapter 3 reports (chapter 3's evidence).
 
 A curve of test accuracy is only a list of numbers; to check it, a test needs the model
-behind each reported number. :class:`SnapshotRecorder` keeps, inside a run's history
-(``history["snapshots"]``), every model's parameters
+behind each reported number. :class:`SnapshotRecorder`, passed to the trainer as its
+``on_evaluation`` (:func:`lncourse.majority.train.train`; the stored runs' command line
+:mod:`lncourse.evidence.majority.runs` does), keeps inside a run's history
+(``history["snapshots"]``) every model's parameters
 
 * at the steps the chapter reports: :data:`REPORTED_STEPS` (1,000 and 5,000) and the last;
 * for each threshold of :data:`THRESHOLDS` (steps to 80% and 90%), at the first evaluation
@@ -59,54 +61,67 @@ def snapshot_params(history: dict, step: int, shapes: dict[str, tuple[int, ...]]
 
 
 class SnapshotRecorder:
-    """Adds the snapshots of one evaluation to ``history``; call :meth:`at_evaluation`
-    after the evaluation is recorded. ``params`` are the live (M, ...) tensors; at a
-    resume, they hold the weights of the history's last evaluation, which is what the
-    recorder needs to remember (the evaluation before a crossing)."""
+    """The trainer's ``on_evaluation``: ``train(config, on_evaluation=SnapshotRecorder())``
+    returns (and checkpoints) the history with its ``snapshots``.
 
-    def __init__(self, history: dict, params: dict[str, Tensor], last_step: int):
-        self.history = history
-        history.setdefault("snapshots", {})
-        self.last_step = last_step
+    Called first at the evaluation training starts from (step 0, or a resumed run's last
+    saved one, whose weights it must remember: the evaluation before a crossing), then
+    after each evaluation is in ``history``, where it adds that evaluation's snapshots.
+    ``params`` are the trainer's live (M, ...) tensors; they are only read. A call at a
+    step not after the last one seen starts afresh (the recorder reused for a new run)."""
+
+    def __init__(self):
+        self.last_step: int | None = None
+        self.prev: dict[str, Tensor] = {}
+
+    def __call__(self, step: int, params: dict[str, Tensor], history: dict) -> None:
+        if self.last_step is None or step <= self.last_step:   # where training starts
+            history.setdefault("snapshots", {})
+        else:
+            self._at_evaluation(step, params, history)
+        self.last_step = step
         self._remember(params)
 
     def _remember(self, params: dict[str, Tensor]) -> None:
         self.prev = {k: p.detach().to("cpu", torch.float32).clone() for k, p in params.items()}
 
-    def _add(self, step: int, params: dict[str, Tensor], models: set[int]) -> None:
+    @staticmethod
+    def _add(history: dict, step: int, params: dict[str, Tensor], models: set[int]) -> None:
         if not models:
             return
         shapes = {k: tuple(p.shape[1:]) for k, p in params.items()}
-        entry = self.history["snapshots"].get(str(step))
+        entry = history["snapshots"].get(str(step))
         if entry is not None:                     # merge with what that step already holds
             old = entry["models"]
             models = models - set(old)
             if not models:
                 return
-            _, stored = snapshot_params(self.history, step, shapes)
+            _, stored = snapshot_params(history, step, shapes)
             rows = {m: {k: stored[k][i] for k in stored} for i, m in enumerate(old)}
         else:
             rows = {}
         for m in models:
             rows[m] = {k: p[m].detach().cpu() for k, p in params.items()}
         order = sorted(rows)
-        self.history["snapshots"][str(step)] = {
+        history["snapshots"][str(step)] = {
             "models": order,
             "params": {k: encode(torch.stack([rows[m][k] for m in order])) for k in shapes}}
 
-    def at_evaluation(self, step: int, params: dict[str, Tensor], last_step: int) -> None:
-        acc = np.asarray(self.history["test_acc"], dtype=float)   # its last row: this step
+    def _at_evaluation(self, step: int, params: dict[str, Tensor], history: dict) -> None:
+        if history["step"][-1] != step:
+            raise ValueError(f"the recorder is called at step {step} but the history's last "
+                             f"evaluation is at step {history['step'][-1]}: call it after "
+                             "the evaluation is recorded")
+        acc = np.asarray(history["test_acc"], dtype=float)   # its last row: this step
         n_models = acc.shape[1]
         now: set[int] = set()
         before: set[int] = set()
-        if step in REPORTED_STEPS or step == last_step:
+        if step in REPORTED_STEPS or step == history["config"]["steps"]:
             now = set(range(n_models))
         for threshold in THRESHOLDS:
             first = (acc[-1] >= threshold) & ~(acc[:-1] >= threshold).any(axis=0)
             crossed = set(np.flatnonzero(first).tolist())
             now |= crossed
             before |= crossed
-        self._add(step, params, now)
-        self._add(self.last_step, self.prev, before)
-        self.last_step = step
-        self._remember(params)
+        self._add(history, step, params, now)
+        self._add(history, self.last_step, self.prev, before)
