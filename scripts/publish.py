@@ -42,7 +42,8 @@ SKIP = {"checkpoints", "__pycache__"}
 # A chapter that starts reading another file fails in the simulated Colab of
 # tests/book/test_colab.py until it is added here: chapter 4's lesson reads a 1.9 MB
 # slice of those predictions (lncourse.evidence.nope.stream_report --lesson).
-PUBLISHED_FILES = ("*.json", "norms/logits.pt", "nope/stream_paper_lesson_predictions.npz")
+PUBLISHED_FILES = ("*.json", "norms/logits.pt", "nope/stream_paper_lesson_predictions.npz",
+                   "norms/massive_arrays.npz")
 
 
 def published_url(root: Path = ROOT) -> str:

@@ -31,7 +31,7 @@ import torch
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.text import passages
 
-__all__ = ["MassiveConfig", "PRESETS", "norm_names", "measure", "summarize", "main"]
+__all__ = ["MassiveConfig", "PRESETS", "norm_names", "measure", "summarize", "claims", "main"]
 
 MODULE = "lncourse.evidence.norms.massive"
 
@@ -130,6 +130,32 @@ def summarize(cfg: MassiveConfig, stored: dict, arrays: dict[str, np.ndarray]) -
     off = {kind: [int(n[1:].split(".")[0]) for n, r in zip(names, rel)
                   if n.endswith(f".{kind}") and r < cfg.off] for kind in ("attn", "mlp")}
     return {"channel": c, "norms": per, "gain_relative": rel, "switched_off": off}
+
+
+def claims(summary: dict, cfg: MassiveConfig) -> dict[str, bool]:
+    """The sentences chapter 5's lesson states about the slice, each tested on the
+    stored summary (``tests/norms/test_massive.py``)."""
+    per = summary["norms"]
+    attn = [v for n, v in per.items() if n.endswith(".attn")]
+    mlp_off = [v for n, v in per.items() if n.endswith(".mlp")
+               and int(n[1:].split(".")[0]) in summary["switched_off"]["mlp"]]
+    return {
+        "token 0's peak ratio is over ten times the other tokens' median, at every "
+        "stored norm": all(v["ratio_before"] > 10 * v["rest_before"] for v in per.values()),
+        "the scaling leaves token 0's peak ratio as it was (to 1e-6)":
+            all(abs(v["ratio_scaled"] / v["ratio_before"] - 1) < 1e-6 for v in per.values()),
+        "after the scaling token 0's spike is within 5% of √d":
+            all(abs(abs(v["spike_scaled"]) / v["sqrt_d"] - 1) < 0.05 for v in per.values()),
+        "some MLP norms switch the spike's channel off, and no attention norm does":
+            bool(summary["switched_off"]["mlp"]) and not summary["switched_off"]["attn"],
+        "a stored MLP norm that switches it off leaves token 0's ratio below the other "
+        "tokens' median before the norm": bool(mlp_off) and all(
+            v["ratio_gained"] < v["rest_before"] for v in mlp_off),
+        "every stored attention norm keeps token 0's ratio after the gain over twice the "
+        "other tokens' median before it": all(v["ratio_gained"] > 2 * v["rest_before"]
+                                              for v in attn),
+        "the stored norms are those named": list(per) == list(cfg.norms),
+    }
 
 
 def main(argv: list[str] | None = None) -> Path:
