@@ -11,7 +11,8 @@ from torch import Tensor
 from lncourse.checks._core import case, drawn_ints, generator, run_check
 
 __all__ = ["check_dyt", "check_chance_abs_cos", "check_qk_norm_scores",
-           "check_fraction_along_ones", "check_qk_logit_bound", "check_bigram_loss"]
+           "check_fraction_along_ones", "check_peak_ratio", "check_qk_logit_bound",
+           "check_bigram_loss"]
 
 
 # --- DyT -----------------------------------------------------------------------------
@@ -171,6 +172,61 @@ def check_fraction_along_ones(fn: Callable[[Tensor], Tensor], *, hidden: bool = 
               mistakes=_ALONG_MISTAKES)
 
 
+# --- the peak ratio of a vector (a massive activation) -------------------------------
+def _peak(h: Tensor) -> Tensor:
+    a = h.abs()
+    return a.amax(-1) / a.median(-1).values
+
+
+_PEAK_MISTAKES = [
+    ("divide by the median |entry|, not the mean: one massive entry drags the mean up "
+     "with it, so the ratio would hide the very spike it measures",
+     lambda h: h.abs().amax(-1) / h.abs().mean(-1)),
+    ("take absolute values first: a massive entry may be negative, and the median of the "
+     "signed entries is near 0", lambda h: h.amax(-1) / h.median(-1).values),
+    ("take absolute values first: a massive entry may be negative, and the median of the "
+     "signed entries is near 0", lambda h: h.abs().amax(-1) / h.median(-1).values),
+    ("take absolute values first: a massive entry may be negative, and the median of the "
+     "signed entries is near 0", lambda h: h.amax(-1) / h.abs().median(-1).values),
+    ("divide by the median |entry|, not the RMS (RMSNorm's scale): the RMS grows with "
+     "the spike itself", lambda h: h.abs().amax(-1) / h.pow(2).mean(-1).sqrt()),
+    ("compare each vector's entries with each other, over its last axis (its d "
+     "channels), not over the first axis",
+     lambda h: h.abs().amax(0) / h.abs().median(0).values),
+    ("divide by the median of each vector's own |entries|, not of the whole input",
+     lambda h: h.abs().amax(-1) / h.abs().median()),
+]
+
+
+def _spiked(g: torch.Generator, rows: int, d: int, size: float) -> Tensor:
+    """Gaussian vectors of width d (odd, so the median is one entry) with one entry of
+    ``size`` (either sign) in a random channel of the first vector."""
+    h = torch.randn(rows, d, generator=g, dtype=torch.float64)
+    c = int(torch.randint(d, (1,), generator=g))
+    h[0, c] = size * (1 if torch.rand(1, generator=g) < 0.5 else -1)
+    return h
+
+
+def check_peak_ratio(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
+    """peak_ratio(h): (..., d) -> (...), per vector max|h| / median|h| over its d entries
+    (every d here is odd, so the median is the middle entry under any convention)."""
+    g = generator(55)
+    spike = torch.randn(4, 9, generator=g, dtype=torch.float64)
+    spike[0, 3], spike[2, 6] = -60.0, 25.0
+    cases = [case(torch.randn(6, 7, generator=g, dtype=torch.float64) * 2 + 0.3),
+             case(spike),
+             case(torch.randn(11, generator=g, dtype=torch.float64) - 1),
+             case(torch.randn(2, 3, 5, generator=g, dtype=torch.float64))]
+    if hidden:
+        # widths, sizes and spikes drawn from the grader's key (odd widths)
+        d1, d2 = (2 * k + 1 for k in drawn_ints(56, 3, 300, 2))
+        (size,) = drawn_ints(57, 20, 5000)
+        cases += [case(_spiked(g, 8, d1, float(size))),
+                  case(_spiked(g, 5, d2, 3.0).float() * 100),
+                  case(_spiked(g, 12, d1, float(size)).reshape(3, 4, d1))]
+    run_check(fn, "peak_ratio", ["h"], cases, reference=_peak, mistakes=_PEAK_MISTAKES)
+
+
 # --- the largest logit of a QK-normed head -----------------------------------------------
 def _bound(g_q: Tensor, g_k: Tensor) -> Tensor:
     return math.sqrt(g_q.shape[-1]) * (g_q * g_k).abs().amax(-1)
@@ -309,6 +365,7 @@ MISTAKES = {
     "chance_abs_cos": _CHANCE_MISTAKES,
     "qk_norm_scores": _QK_MISTAKES,
     "fraction_along_ones": _ALONG_MISTAKES,
+    "peak_ratio": _PEAK_MISTAKES,
     "qk_logit_bound": _BOUND_MISTAKES,
     "bigram_loss": _BIGRAM_MISTAKES,
 }
