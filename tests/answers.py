@@ -1758,6 +1758,59 @@ def along_rms(h):
     return (h * h).mean(-1) / (h * h).sum(-1)
 
 
+@right("peak_ratio")
+def peak_ratio(h):
+    a = h.abs()
+    return a.max(dim=-1).values / a.median(dim=-1).values
+
+
+@right("peak_ratio")
+def peak_ratio_by_sorting(h):
+    a = h.abs().sort(dim=-1).values
+    return a[..., -1] / a[..., (h.shape[-1] - 1) // 2]
+
+
+@right("peak_ratio")
+def peak_ratio_by_quantile(h):
+    a = h.abs()
+    return a.amax(-1) / torch.quantile(a, 0.5, dim=-1)
+
+
+@wrong("peak_ratio", "not the mean")
+def peak_mean(h):
+    return h.abs().max(-1).values / h.abs().mean(-1)
+
+
+@wrong("peak_ratio", "take absolute values first")
+def peak_signed(h):
+    return h.max(-1).values / h.median(-1).values
+
+
+@wrong("peak_ratio", "take absolute values first")
+def peak_signed_median(h):
+    return h.abs().max(-1).values / h.median(-1).values
+
+
+@wrong("peak_ratio", "take absolute values first")
+def peak_signed_max(h):
+    return h.max(-1).values / h.abs().median(-1).values
+
+
+@wrong("peak_ratio", "not the RMS")
+def peak_over_rms(h):
+    return h.abs().max(-1).values / h.pow(2).mean(-1).sqrt()
+
+
+@wrong("peak_ratio", "not over the first axis")
+def peak_first_axis(h):
+    return h.abs().max(0).values / h.abs().median(0).values
+
+
+@wrong("peak_ratio", "not of the whole input")
+def peak_whole_median(h):
+    return h.abs().max(-1).values / h.abs().median()
+
+
 # ================================================ mistakes the teacher's probes found
 # (issue 60, item 7): each got only "differs from the reference"; now each is named.
 @wrong("layer_norm_jacobian", "epsilon is missing from z")

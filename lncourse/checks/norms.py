@@ -11,7 +11,8 @@ from torch import Tensor
 from lncourse.checks._core import Key, case, drawn_ints, generator, run_check
 
 __all__ = ["check_dyt", "check_chance_abs_cos", "check_qk_norm_scores",
-           "check_fraction_along_ones", "check_qk_logit_bound", "check_bigram_loss"]
+           "check_fraction_along_ones", "check_peak_ratio", "check_qk_logit_bound",
+           "check_bigram_loss"]
 
 
 def check_dyt(fn: Callable, *, hidden: bool = False) -> None:
@@ -69,6 +70,36 @@ def check_fraction_along_ones(fn: Callable[[Tensor], Tensor], *, hidden: bool = 
                   case(torch.randn(4, 8, generator=g) * 50 + 3),
                   case(torch.randn(7, generator=g, dtype=torch.float64))]
     run_check(fn, "fraction_along_ones", ["h"], cases, key=Key(__name__, hidden))
+
+
+# --- the peak ratio of a vector (a massive activation) -------------------------------
+def _spiked(g: torch.Generator, rows: int, d: int, size: float) -> Tensor:
+    """Gaussian vectors of width d (odd, so the median is one entry) with one entry of
+    ``size`` (either sign) in a random channel of the first vector."""
+    h = torch.randn(rows, d, generator=g, dtype=torch.float64)
+    c = int(torch.randint(d, (1,), generator=g))
+    h[0, c] = size * (1 if torch.rand(1, generator=g) < 0.5 else -1)
+    return h
+
+
+def check_peak_ratio(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
+    """peak_ratio(h): (..., d) -> (...), per vector max|h| / median|h| over its d entries
+    (every d here is odd, so the median is the middle entry under any convention)."""
+    g = generator(55)
+    spike = torch.randn(4, 9, generator=g, dtype=torch.float64)
+    spike[0, 3], spike[2, 6] = -60.0, 25.0
+    cases = [case(torch.randn(6, 7, generator=g, dtype=torch.float64) * 2 + 0.3),
+             case(spike),
+             case(torch.randn(11, generator=g, dtype=torch.float64) - 1),
+             case(torch.randn(2, 3, 5, generator=g, dtype=torch.float64))]
+    if hidden:
+        # widths, sizes and spikes drawn from the grader's key (odd widths)
+        d1, d2 = (2 * k + 1 for k in drawn_ints(56, 3, 300, 2))
+        (size,) = drawn_ints(57, 20, 5000)
+        cases += [case(_spiked(g, 8, d1, float(size))),
+                  case(_spiked(g, 5, d2, 3.0).float() * 100),
+                  case(_spiked(g, 12, d1, float(size)).reshape(3, 4, d1))]
+    run_check(fn, "peak_ratio", ["h"], cases, key=Key(__name__, hidden))
 
 
 def check_qk_logit_bound(fn: Callable, *, hidden: bool = False) -> None:

@@ -105,7 +105,8 @@ CHAPTERS: tuple[Chapter, ...] = (
               "qk_logit_bound", 1),
              ("ex-bigram-loss", "The bigram yardstick", "bigram_loss", 2),
              ("ex-chance-abs-cos", "The chance level of cos(h, 1)", "chance_abs_cos", 2),
-             ("ex-fraction-along-ones", "How much of h lies along 1", "fraction_along_ones", 1)),
+             ("ex-fraction-along-ones", "How much of h lies along 1", "fraction_along_ones", 1),
+             ("ex-peak-ratio", "What RMSNorm does to a massive activation", "peak_ratio", 1)),
     # chapter 5's replication page: no exercises (after the lesson, so "5" finds the lesson)
     _chapter("05_norms_replication", "Reproducing chapter 5: today's norms, measured"),
 )

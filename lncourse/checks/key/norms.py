@@ -103,6 +103,32 @@ _ALONG_MISTAKES = [
 ]
 
 
+# --- the peak ratio of a vector (a massive activation) -------------------------------
+def _peak(h: Tensor) -> Tensor:
+    a = h.abs()
+    return a.amax(-1) / a.median(-1).values
+
+
+_PEAK_MISTAKES = [
+    ("divide by the median |entry|, not the mean: one massive entry drags the mean up "
+     "with it, so the ratio would hide the very spike it measures",
+     lambda h: h.abs().amax(-1) / h.abs().mean(-1)),
+    ("take absolute values first: a massive entry may be negative, and the median of the "
+     "signed entries is near 0", lambda h: h.amax(-1) / h.median(-1).values),
+    ("take absolute values first: a massive entry may be negative, and the median of the "
+     "signed entries is near 0", lambda h: h.abs().amax(-1) / h.median(-1).values),
+    ("take absolute values first: a massive entry may be negative, and the median of the "
+     "signed entries is near 0", lambda h: h.amax(-1) / h.abs().median(-1).values),
+    ("divide by the median |entry|, not the RMS (RMSNorm's scale): the RMS grows with "
+     "the spike itself", lambda h: h.abs().amax(-1) / h.pow(2).mean(-1).sqrt()),
+    ("compare each vector's entries with each other, over its last axis (its d "
+     "channels), not over the first axis",
+     lambda h: h.abs().amax(0) / h.abs().median(0).values),
+    ("divide by the median of each vector's own |entries|, not of the whole input",
+     lambda h: h.abs().amax(-1) / h.abs().median()),
+]
+
+
 # --- the largest logit of a QK-normed head -----------------------------------------------
 def _bound(g_q: Tensor, g_k: Tensor) -> Tensor:
     return math.sqrt(g_q.shape[-1]) * (g_q * g_k).abs().amax(-1)
@@ -192,6 +218,7 @@ MISTAKES = {
     "chance_abs_cos": _CHANCE_MISTAKES,
     "qk_norm_scores": _QK_MISTAKES,
     "fraction_along_ones": _ALONG_MISTAKES,
+    "peak_ratio": _PEAK_MISTAKES,
     "qk_logit_bound": _BOUND_MISTAKES,
     "bigram_loss": _BIGRAM_MISTAKES,
 }
@@ -201,6 +228,7 @@ REFERENCES = {
     "chance_abs_cos": _chance,
     "qk_norm_scores": _qk,
     "fraction_along_ones": _along,
+    "peak_ratio": _peak,
     "qk_logit_bound": _bound,
     "bigram_loss": _bigram,
 }
