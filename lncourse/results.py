@@ -123,7 +123,8 @@ def provenance(device: torch.device | str, wall_seconds: float, command: str | N
 
 # Modules that moved: when the package took one folder per chapter (issue 20), and when
 # the evidence went beneath the chapters (issue 59). A stored result's provenance keeps
-# the command really run; today_command() says it today.
+# the command really run; today_command() says it today. Every name maps to today's
+# (never to a name that moved again), so a move updates the older entries as well.
 RENAMED = {
     "lncourse.exercises": "lncourse.grading.exercises",
     "lncourse.grade": "lncourse.grading.grade",
@@ -148,7 +149,7 @@ RENAMED = {
     "lncourse.nope_lemmas": "lncourse.nope.lemmas",
     "lncourse.nope_lm": "lncourse.nope.lm",
     "lncourse.nope_probe": "lncourse.evidence.nope.probe",
-    "lncourse.nope_stream": "lncourse.evidence.nope.stream",
+    "lncourse.nope_stream": "lncourse.evidence.nope.stream_run",
     "lncourse.nope_verdict": "lncourse.evidence.nope.verdict",
     "lncourse.sandbox": "lncourse.grading.sandbox",
     "lncourse.sandbox_contain": "lncourse.grading.contain",
@@ -191,12 +192,12 @@ RENAMED = {
     "lncourse.nope.retrained": "lncourse.evidence.nope.retrained",
     "lncourse.nope.retrained_models": "lncourse.evidence.nope.retrained_models",
     "lncourse.nope.retrained_report": "lncourse.evidence.nope.retrained_report",
-    "lncourse.nope.stream": "lncourse.evidence.nope.stream",
+    "lncourse.nope.stream": "lncourse.evidence.nope.stream_run",
     "lncourse.nope.stream_device": "lncourse.evidence.nope.stream_device",
-    "lncourse.nope.stream_fast": "lncourse.evidence.nope.stream_fast",
-    "lncourse.nope.stream_gpu": "lncourse.evidence.nope.stream_gpu",
-    "lncourse.nope.stream_import": "lncourse.evidence.nope.stream_import",
-    "lncourse.nope.stream_report": "lncourse.evidence.nope.stream_report",
+    "lncourse.nope.stream_fast": "lncourse.evidence.nope.stream_device",
+    "lncourse.nope.stream_gpu": "lncourse.evidence.nope.stream_read",
+    "lncourse.nope.stream_import": "lncourse.evidence.nope.stream_read",
+    "lncourse.nope.stream_report": "lncourse.evidence.nope.stream_read",
     "lncourse.nope.trained": "lncourse.evidence.nope.trained",
     "lncourse.nope.verdict": "lncourse.evidence.nope.verdict",
     "lncourse.norms.context_use": "lncourse.evidence.norms.context_use",
@@ -219,6 +220,13 @@ RENAMED = {
     # stays, the course's trainer) for the evidence
     "lncourse.majority.train": "lncourse.evidence.majority.runs",
     "lncourse.majority.snapshots": "lncourse.evidence.majority.snapshots",
+    # chapter 4's six stream modules merged by what they do (issue 59): the run, its
+    # device path, the reading of stored runs (the older names above point here too)
+    "lncourse.evidence.nope.stream": "lncourse.evidence.nope.stream_run",
+    "lncourse.evidence.nope.stream_fast": "lncourse.evidence.nope.stream_device",
+    "lncourse.evidence.nope.stream_gpu": "lncourse.evidence.nope.stream_read",
+    "lncourse.evidence.nope.stream_import": "lncourse.evidence.nope.stream_read",
+    "lncourse.evidence.nope.stream_report": "lncourse.evidence.nope.stream_read",
 }
 
 

@@ -8,7 +8,7 @@
 # held-out predictions (preds_<i>.npz, at most 6 files of under 15 MiB).
 #
 #   on the device, from the repository root:  bash scripts/device_stream.sh 420
-#   back here, on the folder that came back:  .venv/bin/python -m lncourse.evidence.nope.stream_import DIR
+#   back here, on the folder that came back:  .venv/bin/python -m lncourse.evidence.nope.stream_read DIR
 #
 # Resumable: finished models and checkpoints stay in results/checkpoints/nope_stream_gpu
 # on the machine (the same command again resumes while it is warm); a later session can

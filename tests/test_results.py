@@ -59,7 +59,7 @@ def test_load_arrays_reads_the_file_a_result_names_beside_it(tmp_path, monkeypat
 def test_load_arrays_gives_the_stored_probe_answers_chapter_4_shows():
     """The lesson reads them through the core; the evidence's own reader agrees."""
     import numpy as np
-    from lncourse.evidence.nope.stream_report import load_predictions
+    from lncourse.evidence.nope.stream_read import load_predictions
 
     core = R.load_arrays("nope/stream_paper_lesson", "predictions")
     evidence = load_predictions(R.load_result("nope/stream_paper_lesson"))
@@ -158,5 +158,9 @@ def test_a_run_started_before_the_move_resumes_under_the_new_name(tmp_path):
         R.run_started(ckpt, "python -m lncourse.selectability.lm --preset paper --allow-dirty")
     assert R.today_command("python -m lncourse.nope_probe --preset paper") == \
         "python -m lncourse.evidence.nope.probe --preset paper"
+    # moved twice (issue 20, then issue 59's merge of chapter 4's stream modules)
+    assert R.today_command("python -m lncourse.nope_stream --preset paper") == \
+        R.today_command("python -m lncourse.evidence.nope.stream --preset paper") == \
+        "python -m lncourse.evidence.nope.stream_run --preset paper"
     assert all(new.startswith("lncourse.") and R.RENAMED.get(new) is None
                for new in R.RENAMED.values())           # every new name is final

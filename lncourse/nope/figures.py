@@ -208,7 +208,7 @@ def stream_probe(summary: dict, baseline: float, uniform: float, ax=None) -> Fig
     probe (mean over seeds, 95% interval as a band) with guessing the middle and guessing
     at random; right, the correlation of the probe's answer with the position.
 
-    summary: :func:`lncourse.evidence.nope.stream_report.summary` (kind -> probe -> {"mae",
+    summary: :func:`lncourse.evidence.nope.stream_read.summary` (kind -> probe -> {"mae",
     "corr": per depth (mean, low, high)})."""
     fig, panels = figure_and_axes(ax, n=2, width=9.0, height=3.8)
     style = {("causal", "classifier"): (COLORS["layernorm"], "-"),

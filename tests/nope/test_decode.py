@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lncourse.evidence.nope import ablation as nope_ablation, decode, verdict
-from lncourse.evidence.nope.stream import errors
+from lncourse.evidence.nope.stream_run import errors
 from lncourse.results import RESULTS_DIR, load_result, today_command
 
 STORED = RESULTS_DIR / "nope" / "decode_cpu.json"

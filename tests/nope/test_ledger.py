@@ -86,11 +86,11 @@ def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
     from lncourse.evidence.nope import verdict
     got = verdict.page_claims(runs["probe"], runs["ablation"]) \
         + verdict.trained_claims(runs["trained"]) + verdict.decode_claims(runs["decode"])
-    from lncourse.evidence.nope import stream_report
-    stream = {c.key: c for c in stream_report.claims(runs["stream"], runs["stream_readings"],
+    from lncourse.evidence.nope import stream_read
+    stream = {c.key: c for c in stream_read.claims(runs["stream"], runs["stream_readings"],
                                                      runs["ablation"])}
-    got += [stream[k] for k in stream_report.STATED_HOLDS]
-    stated_false = [k for k in stream_report.STATED_FAILS if stream[k].holds is not False]
+    got += [stream[k] for k in stream_read.STATED_HOLDS]
+    stated_false = [k for k in stream_read.STATED_FAILS if stream[k].holds is not False]
     assert not stated_false, [stream[k].text for k in stated_false]
     assert not C.check_claims(got), [c.text for c in got if not c.holds]
 

@@ -28,7 +28,7 @@ from lncourse.summary import paired_interval
 from lncourse.nope.variance import random_nope_model
 from lncourse.evidence.nope.features import all_features
 from lncourse.evidence.nope.probe import stream_seed, middle_baseline
-from lncourse.evidence.nope.stream import Probes, errors
+from lncourse.evidence.nope.stream_run import Probes, errors
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 
 __all__ = ["AblationConfig", "ROWS", "ablate_seed", "features", "fit_row", "table", "PRESETS",
@@ -80,7 +80,7 @@ def _inputs(form: str, h: torch.Tensor) -> torch.Tensor:
 
 def fit_row(cfg: AblationConfig, seed: int, row: str, train: dict):
     """Train one row's probes (one per depth) on the training features: (probes, mu, sd),
-    the trained :class:`~lncourse.evidence.nope.stream.Probes` and the per-depth standardisation
+    the trained :class:`~lncourse.evidence.nope.stream_run.Probes` and the per-depth standardisation
     of their inputs (a probe reads ``(inputs - mu) / sd``)."""
     form, read, per_seq, share = ROWS[row]
     T = cfg.seq_len

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from lncourse.evidence.nope.ablation import PRESETS, AblationConfig, features, fit_row
 from lncourse.evidence.nope.probe import middle_baseline
-from lncourse.evidence.nope.stream import errors
+from lncourse.evidence.nope.stream_run import errors
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 
 __all__ = ["READINGS", "read_posterior", "decode_seed", "main"]

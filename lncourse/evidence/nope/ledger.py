@@ -19,12 +19,12 @@ the classifier its errors, the table's cells and the sentences on them
 kind, probe and depth the error, the correlation of the answer with the position and the
 recalibrated error (from the stored readings, which a test recomputes from the
 predictions) with their intervals, and the
-sentences on them (:func:`stream_report.claims`); the trained model's loss
+sentences on them (:func:`stream_read.claims`); the trained model's loss
 curve, its per-layer slopes and uniformities before and after training (recomputed from
 its stored curves) and the sentences on them (:func:`verdict.trained_claims`); from
 ``nope/stream_gpu.json`` (the probe on a lent GPU) the sentences of
-:func:`stream_gpu.claims` and the paper-budget readings the replication page glues, and
-the exploratory depth trend (:func:`stream_report.trend_claim`); from
+:func:`stream_read.device_claims` and the paper-budget readings the replication page glues, and
+the exploratory depth trend (:func:`stream_read.trend_claim`); from
 ``nope/trained_lm_stall.json``, ``nope/trained_recipe_cpu.json`` and
 ``nope/trained_recipe_wide.json`` (the stalled run, and the recipe that learns at two
 sizes, with a learned-position control) the losses beside their
@@ -37,7 +37,7 @@ references, the gains at late positions, the per-layer slopes and the sentences
 and ``tests/nope/test_ledger.py`` recomputes them and compares (:mod:`lncourse.evidence.claims`):
 editing any stored value they depend on, or the ledger, fails. The ablation's errors are
 recomputed from their stored held-out predictions as well
-(``tests/nope/test_stream.py``), and so are the all-positions run's; the first probe run stores neither predictions nor probe
+(``tests/nope/test_stream_run.py``), and so are the all-positions run's; the first probe run stores neither predictions nor probe
 weights, so its errors are guarded by the ledger and the replay of its first steps.
 """
 
@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.evidence.claims import ledger_main
-from lncourse.evidence.nope import probe, retrained_report, stream_gpu, stream_report, verdict
+from lncourse.evidence.nope import probe, retrained_report, stream_read, verdict
 from lncourse.results import RESULTS_DIR, describe, load_result
 from lncourse.summary import paired_interval
 
@@ -64,9 +64,9 @@ LEDGER = "nope/reported"
 def load_runs() -> dict:
     """The stored files chapter 4 reads: {"probe", "ablation", "features", "decode",
     "trained", "stream"} -> result, and "stream_readings" (what the all-positions run's
-    answers carry, :func:`stream_report.load_readings`)."""
+    answers carry, :func:`stream_read.load_readings`)."""
     runs = {key: load_result(name) for key, name in SOURCES.items()}
-    return {**runs, "stream_readings": stream_report.load_readings(runs["stream"])}
+    return {**runs, "stream_readings": stream_read.load_readings(runs["stream"])}
 
 
 def _probe(stored: dict) -> dict:
@@ -141,7 +141,7 @@ def _decode(decode: dict) -> dict:
 def _stream(stored: dict, reads: dict, ablation: dict) -> dict:
     """The all-positions probe run: what ran, per model its stored errors, the summary
     over seeds recomputed from the predictions, and the chapter's sentences on it."""
-    summary = stream_report.summary(stored, reads)
+    summary = stream_read.summary(stored, reads)
     return {"describe": describe(stored), "complete": stored["complete"],
             "models_done": stored["models_done"],
             "config": {k: stored["config"][k] for k in (
@@ -153,7 +153,7 @@ def _stream(stored: dict, reads: dict, ablation: dict) -> dict:
                                  for r in runs} for kind, runs in stored["results"].items()},
             "summary": summary,
             "page": _stream_page(stored, summary),
-            "claims": {c.key: c for c in stream_report.claims(stored, reads, ablation)}}
+            "claims": {c.key: c for c in stream_read.claims(stored, reads, ablation)}}
 
 
 def _stream_page(stored: dict, summary: dict) -> dict:
@@ -163,7 +163,7 @@ def _stream_page(stored: dict, summary: dict) -> dict:
     causal models at depth 0, the bidirectional control at every depth), and how much
     recalibration brings the error below the middle's, averaged over depths 1 ... K."""
     causal = summary["causal"]
-    probes = stream_report.PROBES
+    probes = stream_read.PROBES
     return {
         "corr_1_to_K": {p: float(np.mean([e[0] for e in causal[p]["corr"][1:]]))
                         for p in probes},
@@ -181,11 +181,11 @@ def _device_runs(gpu: dict, stream: dict, reads: dict) -> dict:
     exploratory depth trend of the recalibrated read-out."""
     paper = gpu["readings"]["phases"]["paper"]
     return {"describe": describe(gpu), "baseline_middle": gpu["readings"]["baseline_middle"],
-            "profile": {**stream_gpu.paper_profile(gpu),
-                        "claim": stream_gpu.shape_claim(gpu)},
+            "profile": {**stream_read.paper_profile(gpu),
+                        "claim": stream_read.shape_claim(gpu)},
             "protocols": _protocols(gpu["config"]),
-            "recency": stream_gpu.recency(gpu),
-            "claims": {c.key: c for c in stream_gpu.claims(gpu)},
+            "recency": stream_read.recency(gpu),
+            "claims": {c.key: c for c in stream_read.device_claims(gpu)},
             "paper": {"causal_models": paper["causal_models"],
                       "seqs_per_s": paper["seqs_per_s"],
                       **{p: {**{k: paper[p][k] for k in ("mean_1_to_K_each", "corr_1_to_K",
@@ -195,7 +195,7 @@ def _device_runs(gpu: dict, stream: dict, reads: dict) -> dict:
                                  a - d for a, d in zip(paper[p]["mean_1_to_K_each"],
                                                        paper[p]["minus_stored_1_to_K"]["each"])]}
                          for p in ("classifier", "regression")}},
-            "trend": {p: stream_report.trend_claim(stream, reads, p)
+            "trend": {p: stream_read.trend_claim(stream, reads, p)
                       for p in ("classifier", "regression")}}
 
 
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None):
                        RESULTS_DIR / f"{LEDGER}.json",
                        lambda: (reported(**load_runs()),
                                 {**{k: f"{v}.json" for k, v in SOURCES.items()},
-                                 "stream_readings": f"{stream_report.READINGS}.json"}),
+                                 "stream_readings": f"{stream_read.READINGS}.json"}),
                        argv)
 
 

@@ -1,7 +1,7 @@
 """Chapter 4's checked claims about the position probe, from the stored results.
 
 :func:`summary` gives the per-depth error of the all-positions probe
-(:mod:`lncourse.evidence.nope.stream`) as a mean over seeds with a 95% t interval, and the depth
+(:mod:`lncourse.evidence.nope.stream_run`) as a mean over seeds with a 95% t interval, and the depth
 trend (per seed, the least-squares slope of the error against depth over depths
 1 ... K; then its mean and interval over seeds). :func:`claims` states the comparison
 with Chi et al.'s Figure 2 and the ablation's readings, each with the numbers it rests on

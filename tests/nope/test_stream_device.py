@@ -1,8 +1,8 @@
-"""The all-positions probe's fast path and its budgeted device run (chapter 4, issue 35)."""
+"""The all-positions probe on a device (lncourse.evidence.nope.stream_device): its fast
+path and its budgeted run (chapter 4, issue 35)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import subprocess
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.evidence.nope import features as nope_features, stream as nope_stream
-from lncourse.evidence.nope import stream_device as dev, stream_fast as fast
+from lncourse.evidence.nope import features as nope_features, stream_run as nope_stream
+from lncourse.evidence.nope import stream_device as dev
 from lncourse.nope import variance as nope
 
 SMALL = dict(d_model=64, n_heads=4, n_layers=3, seq_len=32, sigma=0.02)
@@ -24,15 +24,15 @@ def _cfg(**kw):
     base = dict(**SMALL, train_seqs=16, eval_seqs=4, seqs_per_batch=4, updates=30,
                 update_positions=16, hidden=8, lr=3e-3, dtype="float32", held_out_start=16,
                 checkpoint_every=1, seeds=(0,), bidirectional_seeds=(0,))
-    return fast.FastConfig(**{**base, **kw})
+    return dev.FastConfig(**{**base, **kw})
 
 
 def _features(dtype):
     model = nope.random_nope_model(64, 4, 3, 32, 0.02, True, 3)
     cfg = _cfg()
-    x = fast.host_inputs(3, range(4), cfg, "cpu")
+    x = dev.host_inputs(3, range(4), cfg, "cpu")
     ref, _ = nope_features.all_features(model, 3, range(4), 0.02, batch=4)
-    return fast.FrozenNoPE(model, dtype).features(x), ref
+    return dev.FrozenNoPE(model, dtype).features(x), ref
 
 
 def test_fast_forward_is_the_models_in_float32():
@@ -59,10 +59,10 @@ def test_fast_forward_in_bfloat16_is_rounding_away_from_float32():
 
 def test_fast_path_is_the_stream_run_on_the_cpu():
     """Stream inputs in float32: the same sequences, minibatches and probes as
-    lncourse.evidence.nope.stream.train_model; only the forward pass's rounding differs, so the
+    lncourse.evidence.nope.stream_run.train_model; only the forward pass's rounding differs, so the
     first losses agree to float32 precision and (nearly) every prediction is the same."""
     cfg = _cfg()
-    a = fast.train_fast(cfg, 0, True)
+    a = dev.train_fast(cfg, 0, True)
     b = nope_stream.train_model(cfg.stream(), 0, True)
     assert np.allclose(a["first_losses"], b["first_losses"], rtol=1e-5, atol=1e-6)
     for probe in ("classifier", "regression"):
@@ -76,11 +76,11 @@ def test_fast_path_resumes_bit_for_bit(inputs):
     kw = dict(update_positions=4 * 32) if inputs == "device" else {}
     cfg = _cfg(inputs=inputs, dtype="bfloat16", train_eval=0 if inputs == "device" else 8,
                train_keep=0 if inputs == "device" else 2, **kw)
-    whole = fast.train_fast(cfg, 0, True)
+    whole = dev.train_fast(cfg, 0, True)
     saved = []
-    fast.train_fast(cfg, 0, True, on_checkpoint=saved.append)
+    dev.train_fast(cfg, 0, True, on_checkpoint=saved.append)
     assert [s["batch"] for s in saved] == [1, 2, 3]
-    resumed = fast.train_fast(cfg, 0, True, state=saved[1])
+    resumed = dev.train_fast(cfg, 0, True, state=saved[1])
     for key in whole:
         if key.startswith(("pred_", "mae_", "seqerr_")) or key == "first_losses":
             a, b = whole[key], resumed[key]
@@ -90,17 +90,17 @@ def test_fast_path_resumes_bit_for_bit(inputs):
 def test_paper_inputs_are_fresh_and_every_position_is_labelled():
     cfg = _cfg(inputs="device", update_positions=4 * 32, updates=4, train_seqs=16)
     assert cfg.every_position and [cfg.updates_in(j) for j in range(4)] == [1, 1, 1, 1]
-    xs = [fast._batch(cfg, 0, j, torch.device("cpu")) for j in range(2)]
-    assert not torch.equal(xs[0], xs[1]) and torch.equal(xs[0], fast._batch(cfg, 0, 0, "cpu"))
+    xs = [dev._batch(cfg, 0, j, torch.device("cpu")) for j in range(2)]
+    assert not torch.equal(xs[0], xs[1]) and torch.equal(xs[0], dev._batch(cfg, 0, 0, "cpu"))
     assert abs(xs[0].std().item() - 0.02) < 0.002
     # the first update's loss is the loss of the probes at their start over the whole
     # first batch (a run that drew positions, or read another batch, differs)
     model = nope.random_nope_model(64, 4, 3, 32, 0.02, True, 0)
-    h = fast.FrozenNoPE(model, torch.float32).features(xs[0])
+    h = dev.FrozenNoPE(model, torch.float32).features(xs[0])
     cls = nope_stream.Probes(4, 64, 8, 32, 0, 0)
     reg = nope_stream.Probes(4, 64, 8, 1, 0, 1)
     ce, l1 = nope_stream.probe_losses(cls, reg, h, torch.arange(32).repeat(4), 32)
-    got = fast.train_fast(cfg, 0, True)["first_losses"][0]
+    got = dev.train_fast(cfg, 0, True)["first_losses"][0]
     assert np.allclose(got, [ce.tolist(), l1.tolist()], rtol=1e-5)
 
 
@@ -115,15 +115,15 @@ def test_bad_fast_config():
 
 def test_out_of_time_saves_a_checkpoint_that_resumes_exactly(monkeypatch):
     cfg = _cfg(dtype="bfloat16")
-    whole = fast.train_fast(cfg, 0, True)
+    whole = dev.train_fast(cfg, 0, True)
     clock = iter(range(10**6))
-    monkeypatch.setattr(fast.time, "perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr(dev.time, "perf_counter", lambda: float(next(clock)))
     saved = []
-    with pytest.raises(fast.OutOfTime):
-        fast.train_fast(cfg, 0, True, on_checkpoint=saved.append, deadline=3.5)
+    with pytest.raises(dev.OutOfTime):
+        dev.train_fast(cfg, 0, True, on_checkpoint=saved.append, deadline=3.5)
     monkeypatch.undo()
     assert 0 < saved[-1]["batch"] < cfg.n_batches
-    again = fast.train_fast(cfg, 0, True, state=saved[-1])
+    again = dev.train_fast(cfg, 0, True, state=saved[-1])
     assert torch.equal(whole["pred_classifier"], again["pred_classifier"])
 
 
@@ -167,9 +167,9 @@ def test_device_run_writes_a_record_that_recomputes_and_resumes(tmp_path, monkey
         n += 1
     assert n == 3 * 8 + 3 * 2   # stored: held-out, training, two per-sequence; paper: held-out
     assert len(whole["phases"]["tiny_stored"]["models"]) == 3
-    blob = subprocess.run(["git", "hash-object", "lncourse/evidence/nope/stream_fast.py"],
+    blob = subprocess.run(["git", "hash-object", "lncourse/evidence/nope/stream_device.py"],
                           cwd=dev.ROOT, capture_output=True, text=True).stdout.strip()
-    assert rec["provenance"]["code"]["lncourse/evidence/nope/stream_fast.py"] == blob
+    assert rec["provenance"]["code"]["lncourse/evidence/nope/stream_device.py"] == blob
 
 
 def test_device_run_does_not_start_a_model_it_cannot_finish(tmp_path, monkeypatch):
@@ -198,7 +198,7 @@ def test_training_sequences_read_again_show_memorised_positions():
     gap; one that read other training streams, a small one)."""
     cfg = _cfg(train_seqs=8, updates=800, lr=1e-2, hidden=64, train_eval=8,
                update_positions=64, dtype="float32")
-    r = fast.train_fast(cfg, 0, True)
+    r = dev.train_fast(cfg, 0, True)
     assert cfg.train_indices() == list(range(8))
     held, train = np.array(r["mae_classifier"]), np.array(r["mae_classifier_train"])
     assert (train < 0.6 * held).all(), (train, held)
@@ -216,7 +216,7 @@ def test_profile_and_tf32_are_recorded(tmp_path):
     assert all(ms >= 0 for _, _, ms in prof["ops"])
     m = rec["phases"]["tiny_paper"]["models"][0]
     assert m["probe_tf32"] is True
-    plain = fast.train_fast(dev.PHASES["tiny_paper"](), 0, True)
+    plain = dev.train_fast(dev.PHASES["tiny_paper"](), 0, True)
     got = np.load(tmp_path / "o" / rec["predictions"]["tiny_paper__causal_0__pred_classifier"])
     assert np.array_equal(got["tiny_paper__causal_0__pred_classifier"],
                           plain["pred_classifier"].numpy())
@@ -228,12 +228,12 @@ def test_tf32_is_on_in_training_only(monkeypatch):
     import types
 
     flag = types.SimpleNamespace(allow_tf32=False)
-    monkeypatch.setattr(fast.torch.backends.cuda, "matmul", flag)
-    seen, losses, predict = [], fast.probe_losses, fast.predict
-    monkeypatch.setattr(fast, "probe_losses", lambda *a: seen.append(("train", flag.allow_tf32))
+    monkeypatch.setattr(dev.torch.backends.cuda, "matmul", flag)
+    seen, losses, predict = [], dev.probe_losses, dev.predict
+    monkeypatch.setattr(dev, "probe_losses", lambda *a: seen.append(("train", flag.allow_tf32))
                         or losses(*a))
-    monkeypatch.setattr(fast, "predict", lambda *a: seen.append(("eval", flag.allow_tf32))
+    monkeypatch.setattr(dev, "predict", lambda *a: seen.append(("eval", flag.allow_tf32))
                         or predict(*a))
-    fast.train_fast(dev.PHASES["tiny_paper"](), 0, True, probe_tf32=True)
+    dev.train_fast(dev.PHASES["tiny_paper"](), 0, True, probe_tf32=True)
     assert {v for k, v in seen if k == "train"} == {True}
     assert {v for k, v in seen if k == "eval"} == {False} and flag.allow_tf32 is False

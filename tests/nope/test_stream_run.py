@@ -12,7 +12,7 @@ import torch
 from lncourse.nope import variance as nope
 from lncourse.evidence.nope import ablation as nope_ablation
 from lncourse.evidence.nope import features as nope_features, probe as nope_probe
-from lncourse.evidence.nope import stream as nope_stream, verdict as nope_verdict
+from lncourse.evidence.nope import stream_run as nope_stream, verdict as nope_verdict
 from lncourse.results import RESULTS_DIR
 
 TINY = dict(d_model=32, n_heads=4, n_layers=2, seq_len=16, sigma=0.02)
@@ -195,7 +195,7 @@ def test_below_baseline_claims_and_the_uniform_guess():
 
 
 def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one(tmp_path, monkeypatch):
-    from lncourse.evidence.nope import stream
+    from lncourse.evidence.nope import stream_run as stream
 
     path = tmp_path / "causal_0.pt"
     stream.save_atomic({"batch": 10}, path)

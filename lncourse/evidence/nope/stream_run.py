@@ -10,7 +10,10 @@ Adam at lr 1e-3, 5,000 updates) and the chapter's regression probe (the same net
 with one output, the absolute error of m / T). Held-out sequences (their own random
 streams) measure both; their predictions are stored so a test can recompute the errors.
 
-    python -m lncourse.evidence.nope.stream --preset paper
+    python -m lncourse.evidence.nope.stream_run --preset paper
+
+The same run on a GPU, fast, and the paper's budget: :mod:`lncourse.evidence.nope.stream_device`;
+what the stored runs read: :mod:`lncourse.evidence.nope.stream_read`.
 
 Shapes: K + 1 depths, n positions of a minibatch, d ``d_model``, h ``hidden``, T ``seq_len``.
 """
@@ -36,7 +39,7 @@ from lncourse.progress import progress as progress_bar
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.rng import check_seed
 
-__all__ = ["StreamConfig", "Probes", "train_model", "run", "PRESETS", "save_atomic", "main"]
+__all__ = ["StreamConfig", "Probes", "train_model", "PRESETS", "save_atomic", "main"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -245,13 +248,13 @@ def order(cfg: StreamConfig) -> list[tuple[str, int]]:
 def main(argv: list[str] | None = None) -> Path:
     """Run (resuming model by model and within a model); store after each model, so an
     unfinished run is stored as far as it got (``complete`` false: INCOMPLETE)."""
-    args = run_arguments("lncourse.evidence.nope.stream", "The all-positions position probe of "
+    args = run_arguments("lncourse.evidence.nope.stream_run", "The all-positions position probe of "
                          "chapter 4, stored with its predictions.", PRESETS).parse_args(argv)
     cfg = PRESETS[args.preset]()
     _, _, ck = _paths(args.preset)
     ck.mkdir(parents=True, exist_ok=True)
     done_file = ck / "done.pt"
-    started = run_started(done_file, command_line("lncourse.evidence.nope.stream", argv))
+    started = run_started(done_file, command_line("lncourse.evidence.nope.stream_run", argv))
     config = dataclasses.asdict(cfg)
     done = {"causal": [], "bidirectional": []}
     if done_file.exists():
