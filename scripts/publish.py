@@ -44,7 +44,7 @@ SKIP = {"checkpoints", "__pycache__"}
 # A chapter that starts reading another file fails in the simulated Colab of
 # tests/book/test_colab.py until it is added here: chapter 4's lesson reads a 1.9 MB
 # slice of those predictions (lncourse.evidence.nope.stream_read --lesson), chapter 5's
-# a slice of SmolLM2's residual stream (lncourse.evidence.norms.massive).
+# slice of SmolLM2's residual stream (lncourse.evidence.norms.massive).
 PUBLISHED_FILES = ("*.json", "norms/logits.pt", "nope/stream_paper_lesson_predictions.npz",
                    "norms/massive_arrays.npz")
 # What of lncourse/ a reader never gets: the teacher's key to the exercise checks (every
