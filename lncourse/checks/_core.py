@@ -293,7 +293,8 @@ def _an(word: str) -> str:
 def fair_precision(args: tuple, kwargs: dict, precision: torch.dtype) -> torch.dtype:
     """The precision a tolerance allows for: ``precision``, or the default float dtype
     when an input is an integer tensor, which the natural recipes turn into floats of the
-    default dtype (``torch.log(counts)`` is float32 even beside float64 scores)."""
+    default dtype (a function of integer counts returns float32 even beside float64
+    scores)."""
     ints = any(isinstance(a, torch.Tensor) and not a.is_floating_point() and not a.is_complex()
                and a.dtype != torch.bool for a in (*args, *kwargs.values()))
     default = torch.get_default_dtype()

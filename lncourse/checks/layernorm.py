@@ -60,13 +60,16 @@ def _fgh_cases(hidden: bool) -> list:
 
 def check_layer_norm_fgh(fn: Callable[[Tensor, Tensor, Tensor, float], Tensor], *,
                          hidden: bool = False) -> None:
-    """LayerNorm from f (centring), g (scaling) and h (affine), against F.layer_norm."""
+    """``layer_norm_fgh(x, gamma, beta, eps)``: x (..., d), gamma and beta (d,), eps a
+    number -> (..., d), LayerNorm over the last axis as h(g(f(x))), judged against
+    F.layer_norm."""
     run_check(fn, "layer_norm_fgh", ["x", "gamma", "beta", "eps"], _fgh_cases(hidden),
               key=Key(__name__, hidden), forbidden=NO_LAYER_NORM)
 
 
 def check_centering_matrix(fn: Callable[[int], Tensor], *, hidden: bool = False) -> None:
-    """The d x d centring (projection) matrix P = I - 1 1^T / d, in float64."""
+    """``centering_matrix(d)``: an int -> the (d, d) centring matrix P, with
+    P x = x - mu(x) 1 for every x, in float64."""
     # teacher-only sizes: two small, one large, drawn from the grader's key
     sizes = (3, 5, 16, 2) + ((*drawn_ints(10, 4, 40, 2), *drawn_ints(11, 41, 128))
                              if hidden else ())
@@ -82,7 +85,8 @@ def _unit_orthogonal_to_ones(d: int, g: torch.Generator) -> Tensor:
 
 def check_layer_norm_on_plane(fn: Callable[[Tensor, Tensor, Tensor], Tensor], *,
                               hidden: bool = False) -> None:
-    """LayerNorm of s v + t 1 for a unit v orthogonal to 1, in closed form."""
+    """``layer_norm_on_plane(s, t, v)``: s and t (n,), v (d,) a unit vector orthogonal
+    to 1 -> (n, d), the LayerNorm of s_k v + t_k 1 for every pair (s_k, t_k)."""
     g = generator(1)
     sizes = [(3, 5), (8, 7), (16, 4)] + ([(2, 6), (64, 3), (5, 1)] if hidden else [])
     cases = []
@@ -103,7 +107,9 @@ def check_layer_norm_on_plane(fn: Callable[[Tensor, Tensor, Tensor], Tensor], *,
 
 def check_fold_into_linear(fn: Callable[[Tensor, Tensor, Tensor, Tensor],
                                         tuple[Tensor, Tensor]], *, hidden: bool = False) -> None:
-    """Folded weight and bias of LayerNorm followed by y = W z + b."""
+    """``fold_into_linear(W, b, gamma, beta)``: W (d_out, d), b (d_out,), gamma and beta
+    (d,) -> (W_folded, b_folded), the weight and bias of LayerNorm followed by
+    y = W z + b, folded into one linear map of x / sigma(x)."""
     g = generator(2)
     sizes = [(3, 4), (5, 6), (16, 16)] + ([(1, 2), (32, 64), (7, 3)] if hidden else [])
     cases = []
@@ -119,7 +125,8 @@ def check_fold_into_linear(fn: Callable[[Tensor, Tensor, Tensor, Tensor],
 
 def check_rms_norm_gain(fn: Callable[[Tensor, Tensor, float], Tensor], *,
                         hidden: bool = False) -> None:
-    """RMSNorm: x / sqrt(mean(x^2) + eps) * gain."""
+    """``rms_norm_gain(x, gain, eps)``: x (..., d), gain (d,), eps a number -> (..., d),
+    RMSNorm with its gain over the last axis."""
     g = generator(3)
     specs = [((4, 8), 1e-6, 0.0), ((3, 16), 1e-6, 2.0), ((2, 5, 4), 0.1, -1.0), ((6, 2), 1e-6, 0.5)]
     if hidden:

@@ -34,7 +34,9 @@ NO_AUTOGRAD = {path: _NO_AUTOGRAD for path in (
 
 def check_layer_norm_jacobian(fn: Callable[[Tensor, Tensor, float], Tensor], *,
                               hidden: bool = False) -> None:
-    """Closed-form Jacobian of LayerNorm with gain gamma and eps at one vector, vs autograd."""
+    """``layer_norm_jacobian(x, gamma, eps)``: x and gamma (d,), eps a number -> (d, d),
+    the Jacobian of LayerNorm with gain gamma and eps at x, in closed form, judged
+    against autograd."""
     g = generator(4)
     specs = [(3, 1.0, 0.0, 1e-5), (5, 2.0, 1.0, 0.1), (8, 0.5, -3.0, 1.0), (16, 1.0, 0.0, 1e-5)]
     if hidden:   # d = 3, not 2: at d = 2 every row is (+-1, -+1) after scaling, the exact
@@ -53,8 +55,9 @@ def check_layer_norm_jacobian(fn: Callable[[Tensor, Tensor, float], Tensor], *,
 def check_layer_norm_backward(fn: Callable[[Tensor, Tensor, float, Tensor],
                                            tuple[Tensor, Tensor, Tensor]], *,
                               hidden: bool = False) -> None:
-    """LayerNorm's backward pass (grad_x, grad_gamma, grad_beta) from grad_out, without
-    autograd, against autograd through F.layer_norm."""
+    """``layer_norm_backward(x, gamma, eps, grad_out)``: x and grad_out (..., d), gamma
+    (d,), eps a number -> (grad_x, grad_gamma, grad_beta), LayerNorm's backward pass
+    without autograd, judged against autograd through F.layer_norm."""
     g = generator(5)
     specs = [((4, 8), 1.0, 0.0, 1e-5), ((3, 5, 16), 2.0, 1.0, 0.1), ((6, 3), 0.5, -3.0, 1.0),
              ((2, 32), 1.0, 0.0, 1e-5)]

@@ -45,7 +45,8 @@ def check_has_clear_majority(fn: Callable[[Tensor, int], Tensor], *, hidden: boo
 
 
 def check_norm_without_projection(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
-    """``norm_without_projection(x)``: (..., d) -> (..., d), sqrt(d) x / ||x||."""
+    """``norm_without_projection(x)``: (..., d) -> (..., d), the paper's LayerNorm
+    without projection, over the last axis."""
     g = generator(1)
     cases = [case(torch.randn(10, 8, generator=g)),
              case(torch.randn(3, 5, 3, generator=g) * 7 + 2),
@@ -61,14 +62,16 @@ def check_norm_without_projection(fn: Callable[[Tensor], Tensor], *, hidden: boo
                   "not to call the chapter's norm1"})
 
 
-def _acos_slack(u: float) -> float:
-    # acos(1 - delta) = sqrt(2 delta): near 0 degrees a cosine rounded by a few u is off
-    # by sqrt(8 u) radians (0.06 degrees in float32), more than the inputs' rounding
+def _angle_slack(u: float) -> float:
+    # the slack an answer of unit roundoff u gets near 0 degrees: sqrt(8 u) radians
+    # (0.06 degrees in float32), more than the inputs' rounding moves the angle; the
+    # key's reference (lncourse.checks.key.majority) says why
     return math.degrees(math.sqrt(8 * u))
 
 
 def check_query_angle(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
-    """``query_angle(queries)``: (..., d) -> (...), degrees in [0, 90]."""
+    """``query_angle(queries)``: (..., d) -> (...), the angle in degrees between each
+    query and 1, folded into [0, 90]."""
     g = generator(2)
     edge = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0], [1.0, -1.0, 0.0],
                          [1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]])
@@ -79,14 +82,16 @@ def check_query_angle(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -
                   case(torch.randn(2, 3, 4, 16, generator=g) - 2.0),
                   case(torch.randn(20, 5, generator=g, dtype=torch.float64))]
     run_check(fn, "query_angle", ["queries"], cases,
-              key=Key(__name__, hidden), slack=_acos_slack, forbidden={
+              key=Key(__name__, hidden), slack=_angle_slack, forbidden={
                   "lncourse.majority.task.query_angles": "this exercise asks you to write it "
                   "yourself, not to call the chapter's query_angles"})
 
 
 def check_attend_counts(fn: Callable[[Tensor, Tensor, Tensor], Tensor], *,
                         hidden: bool = False) -> None:
-    """``attend_counts(scores, counts, values)``: (C, C), (B, C), (C, d) -> (B, C, d)."""
+    """``attend_counts(scores, counts, values)``: scores (C, C), counts (B, C), values
+    (C, d) -> (B, C, d), the attention output of a token of each class in each sequence,
+    attending over all positions of its sequence."""
     g = generator(3)
     C, d = 6, 4
     counts = torch.randint(0, 5, (12, C), generator=g)
@@ -108,11 +113,10 @@ def check_attend_counts(fn: Callable[[Tensor, Tensor, Tensor], Tensor], *,
 
 # ------------------------------------------------- queries parallel to 1, by hand
 def _uniform_judge(got, args, kwargs, precision) -> Verdict:
-    """Every effective query h W_Q^T W_K / sqrt(d) of a LayerNorm'd h is a multiple of 1,
-    a nonzero one for almost every h. With M = W_Q^T W_K and P the projection onto the
-    hyperplane H of LayerNorm'd vectors (queries are h M, rows): h M is parallel to 1 for
-    every h in H exactly when P M P = 0, and it is nonzero for almost every h in H
-    exactly when P M is not zero (the h with h M = 0 then form a subspace of H)."""
+    """The exercise's two conditions on a pair (W_Q, W_K) of (d, d) matrices: the
+    effective query of every LayerNorm'd token is a multiple of 1, and a nonzero one for
+    almost every token. Why the test below decides them is in the teacher's key
+    (lncourse.checks.key.majority)."""
     (d,) = args
     if not (isinstance(got, (tuple, list)) and len(got) == 2):
         what = "None: did you forget `return`?" if got is None else type(got).__name__
@@ -145,7 +149,9 @@ def _uniform_judge(got, args, kwargs, precision) -> Verdict:
 
 def check_uniform_query_weights(fn: Callable[[int], tuple[Tensor, Tensor]], *,
                                 hidden: bool = False) -> None:
-    """``uniform_query_weights(d)`` -> (W_Q, W_K), queries parallel to 1, almost never 0."""
+    """``uniform_query_weights(d)``: an int -> (W_Q, W_K), two (d, d) matrices under
+    which every LayerNorm'd token's effective query is a multiple of 1, and almost
+    never 0."""
     # teacher-only sizes: d = 2, and two drawn from the grader's key
     sizes = (3, 8, 21) + ((2, *drawn_ints(12, 4, 40), *drawn_ints(13, 41, 96))
                           if hidden else ())

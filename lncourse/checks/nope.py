@@ -16,7 +16,8 @@ __all__ = ["check_running_mean", "check_sample_covariance", "check_fit_loglog_sl
 
 
 def check_running_mean(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
-    """running_mean(v): (..., T, d) -> (..., T, d), the mean of v_1..v_m at position m."""
+    """``running_mean(v)``: (..., T, d) -> (..., T, d), the mean of v_1..v_m at
+    position m."""
     g = generator(0)
     cases = [case(torch.randn(6, 4, generator=g, dtype=torch.float64)),
              case(torch.randn(3, 10, 5, generator=g, dtype=torch.float64)),
@@ -29,7 +30,8 @@ def check_running_mean(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) 
 
 
 def check_sample_covariance(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
-    """sample_covariance(samples): (N, k) -> (k, k), unbiased covariance across samples."""
+    """``sample_covariance(samples)``: (N, k), one sample per row -> (k, k), their
+    unbiased covariance matrix."""
     g = generator(1)
     cases = [case(torch.randn(50, 3, generator=g, dtype=torch.float64) + 2.0),
              case(torch.randn(7, 5, generator=g, dtype=torch.float64)),
@@ -42,7 +44,9 @@ def check_sample_covariance(fn: Callable[[Tensor], Tensor], *, hidden: bool = Fa
 
 
 def check_fit_loglog_slope(fn: Callable[[Tensor, int], float], *, hidden: bool = False) -> None:
-    """fit_loglog_slope(variance, m_min): least-squares slope of log v against log m."""
+    """``fit_loglog_slope(variance, m_min)``: a 1-D tensor (entry i is the variance at
+    position m = i + 1) and an int -> a float, the least-squares slope of log(variance)
+    against log m over positions m >= m_min."""
     m = torch.arange(1, 65, dtype=torch.float64)
     g = generator(2)
     noisy = 0.09 / m * torch.exp(0.05 * torch.randn(64, generator=g, dtype=torch.float64))
@@ -60,7 +64,8 @@ def check_fit_loglog_slope(fn: Callable[[Tensor, int], float], *, hidden: bool =
 
 
 def check_masked_attention(fn: Callable[[Tensor, bool], Tensor], *, hidden: bool = False) -> None:
-    """masked_attention(scores, causal): (..., T, T) scaled logits -> attention weights."""
+    """``masked_attention(scores, causal)``: scaled logits (..., T, T) and a bool ->
+    the attention weights (..., T, T), causally masked when causal is true."""
     g = generator(3)
     s = torch.randn(2, 5, 5, generator=g, dtype=torch.float64)
     cases = [case(s, True), case(s, False), case(torch.zeros(4, 4, dtype=torch.float64), True)]
@@ -73,7 +78,8 @@ def check_masked_attention(fn: Callable[[Tensor, bool], Tensor], *, hidden: bool
 
 
 def check_effective_tokens(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
-    """effective_tokens(weights): (..., T) attention rows -> (...) 1 / Σ_n a_n²."""
+    """``effective_tokens(weights)``: attention rows (..., T), each summing to 1 ->
+    (...), the effective number of attended tokens of each row."""
     g = generator(4)
     w = torch.randn(3, 6, generator=g, dtype=torch.float64).softmax(-1)
     causal = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]], dtype=torch.float64)
@@ -88,7 +94,8 @@ def check_effective_tokens(fn: Callable[[Tensor], Tensor], *, hidden: bool = Fal
 
 def check_posterior_median(fn: Callable[[Tensor], Tensor], *,
                            hidden: bool = False) -> None:
-    """posterior_median(post): (..., L) probabilities -> (...) the 1-based median."""
+    """``posterior_median(post)``: probabilities (..., L) over positions 1..L -> (...),
+    the median position."""
     g = generator(5)
     rows = torch.rand(4, 9, generator=g, dtype=torch.float64) ** 4
     peaked = torch.tensor([[0.1, 0.1, 0.1, 0.6, 0.1], [0.05, 0.05, 0.1, 0.1, 0.7]],
@@ -117,8 +124,8 @@ def _stretched_answers(g: torch.Generator, S: int, L: int, gain: float, noise: f
 
 
 def check_cross_fitted_mae(fn: Callable[[Tensor], float], *, hidden: bool = False) -> None:
-    """cross_fitted_mae(answers): a probe's answers (S, L) for positions 1..L of S
-    sequences -> their MAE once calibrated by a line fitted on the other half."""
+    """``cross_fitted_mae(answers)``: a probe's answers (S, L) for positions 1..L of S
+    sequences -> a float, their MAE once calibrated by a line fitted on the other half."""
     g = generator(6)
     flat_half = torch.cat([torch.full((2, 10), 4.0, dtype=torch.float64),
                            _stretched_answers(g, 2, 10, 2.0, 1.5)])

@@ -16,7 +16,8 @@ __all__ = ["check_dyt", "check_chance_abs_cos", "check_qk_norm_scores",
 
 
 def check_dyt(fn: Callable, *, hidden: bool = False) -> None:
-    """dyt(x, alpha, gamma, beta): (..., d) -> (..., d), gamma * tanh(alpha * x) + beta."""
+    """``dyt(x, alpha, gamma, beta)``: x (..., d), alpha a number, gamma and beta (d,)
+    -> (..., d), dynamic tanh (DyT) over the last axis of x."""
     g = generator(50)
     x = torch.randn(5, 6, generator=g, dtype=torch.float64) * 3
     gamma = torch.rand(6, generator=g, dtype=torch.float64) + 0.5
@@ -33,19 +34,21 @@ def check_dyt(fn: Callable, *, hidden: bool = False) -> None:
 
 
 def check_chance_abs_cos(fn: Callable[[int], float], *, hidden: bool = False) -> None:
-    """chance_abs_cos(d): E|cos(u, 1)| for u uniform on the sphere in d dimensions."""
+    """``chance_abs_cos(d)``: an int -> a float, the exact E|cos(u, 1)| for u uniform on
+    the unit sphere in d dimensions."""
     cases = [case(1), case(2), case(3), case(384), case(576)]
     if hidden:
         # sizes drawn from the grader's key: small, a model's, and very large
         cases += [case(d) for d in (*drawn_ints(50, 4, 60), *drawn_ints(51, 600, 5000),
                                     *drawn_ints(52, 10_000, 200_000))]
-    # the Gamma functions (or a Beta function) lose a few hundred epsilons at large d
+    # exact routes lose a few hundred epsilons at large d (the key says which)
     run_check(fn, "chance_abs_cos", ["d"], cases,
               key=Key(__name__, hidden), slack=lambda eps: 1e4 * eps)
 
 
 def check_qk_norm_scores(fn: Callable, *, hidden: bool = False) -> None:
-    """qk_norm_scores(q, k, eps): (..., Tq, dh), (..., Tk, dh) -> (..., Tq, Tk)."""
+    """``qk_norm_scores(q, k, eps)``: q (..., Tq, dh), k (..., Tk, dh), eps a number ->
+    (..., Tq, Tk), the attention logits of one head with QK-norm."""
     g = generator(51)
     q = torch.randn(2, 5, 4, generator=g, dtype=torch.float64) * 3 + 1
     k = torch.randn(2, 5, 4, generator=g, dtype=torch.float64) * 0.1 - 0.5
@@ -60,7 +63,8 @@ def check_qk_norm_scores(fn: Callable, *, hidden: bool = False) -> None:
 
 
 def check_fraction_along_ones(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
-    """fraction_along_ones(h): (..., d) -> (...), ||proj_1 h||² / ||h||² = cos²(h, 1)."""
+    """``fraction_along_ones(h)``: (..., d) -> (...), the share of each vector's squared
+    length that the projection P removes."""
     g = generator(52)
     cases = [case(torch.randn(6, 5, generator=g, dtype=torch.float64) + 0.7),
              case(torch.ones(2, 3, dtype=torch.float64)),
@@ -83,8 +87,9 @@ def _spiked(g: torch.Generator, rows: int, d: int, size: float) -> Tensor:
 
 
 def check_peak_ratio(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
-    """peak_ratio(h): (..., d) -> (...), per vector max|h| / median|h| over its d entries
-    (every d here is odd, so the median is the middle entry under any convention)."""
+    """``peak_ratio(h)``: (..., d) -> (...), how far each vector's largest entry in
+    absolute value stands above its median absolute entry (every d here is odd, so the
+    median is the middle entry under any convention)."""
     g = generator(55)
     spike = torch.randn(4, 9, generator=g, dtype=torch.float64)
     spike[0, 3], spike[2, 6] = -60.0, 25.0
@@ -103,8 +108,8 @@ def check_peak_ratio(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) ->
 
 
 def check_qk_logit_bound(fn: Callable, *, hidden: bool = False) -> None:
-    """qk_logit_bound(g_q, g_k): gains (..., dh) -> (...), the largest attention logit a
-    QK-normed head can produce, √dh · max_i |g_q,i g_k,i|."""
+    """``qk_logit_bound(g_q, g_k)``: the gains (..., dh) of the queries and of the keys
+    -> (...), the largest logit a QK-normed head with those gains can produce."""
     g = generator(53)
     g_q = torch.tensor([[1.0, -3.0, 0.5, 2.0], [0.2, 0.1, 1.5, 1.0]], dtype=torch.float64)
     g_k = torch.tensor([[2.0, 1.0, 4.0, 0.5], [-3.0, 5.0, 0.3, 1.1]], dtype=torch.float64)
@@ -131,8 +136,9 @@ def _shakespeare(chars: int, start: int = 0) -> tuple[Tensor, Tensor, int]:
 
 
 def check_bigram_loss(fn: Callable, *, hidden: bool = False) -> None:
-    """bigram_loss(train_ids, test_ids, vocab_size): the test cross-entropy in nats of
-    the add-one bigram table counted on train_ids, as a float."""
+    """``bigram_loss(train_ids, test_ids, vocab_size)``: two 1-D tensors of ids and an
+    int -> a float, the bigram table's loss on test_ids in nats (its counts, plus one,
+    from train_ids)."""
     g = generator(54)
     toy = (torch.tensor([0, 1, 2, 0, 1, 2, 2, 0]), torch.tensor([0, 1, 2, 2]), 3)
     cases = [case(*toy),

@@ -23,7 +23,8 @@ _SOLVERS = ("lncourse.selectability.exact.selectability", "lncourse.selectabilit
 
 
 def check_hull_vertices_2d(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
-    """Vertices of a planar point set, including points on edges and collinear sets."""
+    """``hull_vertices_2d(points)``: (n, 2) -> bool (n,), True exactly at the vertices
+    of the points' convex hull; run on points on edges and on collinear sets too."""
     g = generator(2)
     grid = torch.tensor([[a, b] for a in range(3) for b in range(3)], dtype=torch.float64)
     cases = [
@@ -54,9 +55,10 @@ def check_hull_vertices_2d(fn: Callable[[Tensor], Tensor], *, hidden: bool = Fal
 
 
 def check_unselectable_lp(fn: Callable[[Tensor], Tensor], *, hidden: bool = False) -> None:
-    """True where a key is a convex combination of the keys that differ from it (an LP)."""
+    """``unselectable_lp(keys)``: float64 (n, d) -> bool (n,), True where a key is a
+    convex combination of the keys that differ from it, decided by an LP."""
     g = generator(3)
-    # a point on an edge, shifted away from 0, where the mistakes above all differ
+    # a point on an edge, shifted away from 0, where the known mistakes all differ
     edge = torch.tensor([[5.0, 5.0], [6.0, 5.0], [7.0, 5.0], [5.0, 6.0]], dtype=torch.float64)
     twins = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [2.0, 0.0], [0.5, 0.5]],
                          dtype=torch.float64)                  # keys 1 and 3 are twins
@@ -114,7 +116,9 @@ def _ellipsoid_keys(n: int, d: int, g: torch.Generator, gamma: Tensor | None = N
 
 def check_ellipsoid_query(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor], *,
                           hidden: bool = False) -> None:
-    """Any query under which key i, on an ellipsoid, beats every key that differs from it."""
+    """``ellipsoid_query(keys, gamma, beta, i)``: the keys (n, d) of LayerNorm'd vectors,
+    LayerNorm's gamma and beta (d,), an index i -> a query (d,) under which key i beats
+    every key that differs from it. Any such query passes."""
     g = generator(4)
     specs = [(10, 4, 0), (30, 8, 7), (5, 3, 4), (40, 3, 11)] + (
         [(200, 16, 123), (12, 3, 5), (50, 6, 0)] if hidden else [])
@@ -133,7 +137,9 @@ def check_ellipsoid_query(fn: Callable[[Tensor, Tensor, Tensor, int], Tensor], *
 
 
 def check_braid_reflect(fn: Callable[[Tensor, int, int], Tensor], *, hidden: bool = False) -> None:
-    """The braid-reflect walk, step for step, on vertices and on interior keys."""
+    """``braid_reflect(keys, i, steps)``: float64 keys (n, d), an index, a number of
+    steps -> the query (d,) where the braid-reflect walk stops, judged step for step, on
+    vertices and on interior keys."""
     g = generator(5)
     K1 = torch.randn(20, 3, generator=g, dtype=torch.float64) + torch.tensor(
         [2.0, 0, 0], dtype=torch.float64)
@@ -167,8 +173,9 @@ def _head_keys(head: int, T: int) -> Tensor:
 
 def check_causal_unselectable(fn: Callable[[Tensor, list], float], *,
                               hidden: bool = False) -> None:
-    """The share of (query, key) pairs of a causal head whose key cannot win, on random
-    keys and on the keys of a trained model's head."""
+    """``causal_unselectable(keys, positions)``: one head's keys (T, d_h) and a list of
+    query positions -> a float, the share of (query, key) pairs of a causal head whose
+    key is unselectable, on random keys and on the keys of a trained model's head."""
     g, square = generator(6), torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0],
                                             [0.5, 0.5], [0.2, 0.7], [2.0, 2.0]],
                                            dtype=torch.float64)

@@ -112,6 +112,120 @@ def test_the_search_for_answers_bites():
     assert any("defines the key's _dyt" in f for f in _answers_in({"norms.py": named}))
 
 
+# ------------------------------------------------------- what a check's text says
+def _declared() -> dict[str, list[str]]:
+    """Every exercise's telltale fragments of its answer (label -> the ``% answer:``
+    lines of its lesson page), as ``tests/book/test_editions.py`` reads them."""
+    from editions import declared_answers
+    found: dict[str, list[str]] = {}
+    for page in sorted((ROOT / "book").glob("0[1-5]_*.md")):
+        if not page.stem.endswith("_replication"):
+            found.update(declared_answers(page))
+    return found
+
+
+def _stated(files: dict[str, str], declared: dict[str, list[str]]) -> list[str]:
+    """Where a shipped check module (name -> source) states an exercise's answer: a
+    declared fragment in its text (code, docstring or comment), whitespace and notation
+    normalised as the editions' answer test does (``editions.telltale``)."""
+    from editions import telltale
+    found = []
+    for name, source in files.items():
+        lines = [telltale(line) for line in source.splitlines()]
+        whole = telltale(source)
+        for label, fragments in declared.items():
+            for fragment in fragments:
+                tell = telltale(fragment)
+                if tell not in whole:
+                    continue
+                where = next((f"line {i}" for i, line in enumerate(lines, 1) if tell in line),
+                             "across lines")
+                found.append(f"{name} ({where}) states {label}'s answer {fragment!r}")
+    return found
+
+
+def _shipped_checks(tmp_path: Path) -> dict[str, str]:
+    """The check modules as the published tree holds them (the key left out)."""
+    import publish
+    tree = publish.package_tree(ROOT / "lncourse", tmp_path / "lncourse")
+    return {p.name: p.read_text(encoding="utf-8") for p in sorted((tree / "checks").glob("*.py"))}
+
+
+def test_no_shipped_check_module_states_an_answer(tmp_path):
+    """A learner reads the installed check modules (``help(checks.check_dyt)``, or the
+    file itself): their docstrings and comments say what a function is called with and
+    returns, never the answer (issue 60, item 5). No declared ``% answer:`` fragment of
+    any exercise appears in any of them; the formulas are in the key, beside the
+    references."""
+    declared = _declared()
+    assert sum(map(len, declared.values())) >= 32, "the lesson pages' fragments not found"
+    files = _shipped_checks(tmp_path)
+    assert {"norms.py", "_core.py", "_compare.py"} <= set(files), sorted(files)
+    found = _stated(files, declared)
+    assert not found, "\n".join(found)
+
+
+# the docstrings and comments the checks shipped with before (issue 60, item 5): each
+# gave its exercise's answer away
+OLD_TEXT = {
+    "ex-dyt": ("norms.py", "check_dyt", '"""dyt(x, alpha, gamma, beta): (..., d) -> '
+               '(..., d), gamma * tanh(alpha * x) + beta."""'),
+    "ex-peak-ratio": ("norms.py", "check_peak_ratio", '"""peak_ratio(h): (..., d) -> (...), '
+                      'per vector max|h| / median|h| over its d entries."""'),
+    "ex-qk-logit-bound": ("norms.py", "check_qk_logit_bound",
+                          '"""qk_logit_bound(g_q, g_k): gains (..., dh) -> (...), the '
+                          'largest attention logit a\n    QK-normed head can produce, '
+                          '√dh · max_i |g_q,i g_k,i|."""'),
+    "ex-fraction-along-ones": ("norms.py", "check_fraction_along_ones",
+                               '"""fraction_along_ones(h): (..., d) -> (...), '
+                               '||proj_1 h||² / ||h||² = cos²(h, 1)."""'),
+    "ex-chance-abs-cos": ("norms.py", "check_chance_abs_cos",
+                          '"""chance_abs_cos(d)."""\n    # the Gamma functions (or a Beta '
+                          'function) lose a few hundred epsilons at large d'),
+    "ex-centering-matrix": ("layernorm.py", "check_centering_matrix",
+                            '"""The d x d centring (projection) matrix P = I - 1 1^T / d, '
+                            'in float64."""'),
+    "ex-rms-norm": ("layernorm.py", "check_rms_norm_gain",
+                    '"""RMSNorm: x / sqrt(mean(x^2) + eps) * gain."""'),
+}
+
+
+def _with_docstring(source: str, function: str, text: str) -> str:
+    """``source`` with ``function``'s docstring replaced by ``text``."""
+    node = next(n for n in ast.walk(ast.parse(source))
+                if isinstance(n, ast.FunctionDef) and n.name == function)
+    doc = node.body[0]
+    assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), function
+    lines = source.splitlines()
+    return "\n".join(lines[:doc.lineno - 1] + ["    " + text] + lines[doc.end_lineno:])
+
+
+@pytest.mark.parametrize("label", sorted(OLD_TEXT))
+def test_an_old_docstring_that_states_the_answer_is_found(label, tmp_path):
+    """One of the old docstrings put back into its check: the test names the module
+    and the exercise whose answer it states."""
+    name, function, text = OLD_TEXT[label]
+    files = _shipped_checks(tmp_path)
+    declared = _declared()
+    assert not _stated({name: files[name]}, declared)
+    old = _with_docstring(files[name], function, text)
+    ast.parse(old)
+    found = _stated({name: old}, declared)
+    assert found and all(f.startswith(f"{name} (") for f in found), found
+    assert any(f"states {label}'s answer" in f for f in found), found
+
+
+def test_the_shared_modules_are_read_too():
+    """The machinery's modules ship as well: the comparator's ``masked_fill(`` and a
+    comment naming ``torch.log(counts)`` (both there before) are found, spaced
+    otherwise than the fragments are (the search normalises as ``editions.telltale``)."""
+    declared = _declared()
+    found = _stated({"_compare.py": "diff = d.abs().masked_fill (same, 0.0)\n",
+                     "_core.py": "# (``torch.log( counts )`` is float32)\n"}, declared)
+    assert found == ["_compare.py (line 1) states ex-masked-attention's answer 'masked_fill('",
+                     "_core.py (line 1) states ex-attend-counts's answer 'torch.log(counts'"]
+
+
 # ------------------------------------------------------------------ the published copy
 def test_the_published_tree_leaves_the_key_out(tmp_path):
     import publish

@@ -43,6 +43,7 @@ _LN_MISTAKES = [
 
 
 # -------------------------------------------------------------------- centring matrix P
+# the reference: P = I - 1 1^T / d (the course's projection_matrix), in float64
 def _ones(d):
     return torch.ones(d, d, dtype=torch.float64)
 
@@ -99,6 +100,7 @@ _FOLD_MISTAKES = [
 
 # ------------------------------------------------------------------------------ RMSNorm
 def _rms_norm(x, gain, eps):
+    """x / sqrt(mean(x^2) + eps) * gain over the last axis."""
     return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gain
 
 _RMS_MISTAKES = [

@@ -48,6 +48,10 @@ _NO_PROJECTION_MISTAKES = [
 
 # ----------------------------------------------------------------- the query angle
 def _angle(queries: Tensor) -> Tensor:
+    """acos(|q . 1| / (||q|| sqrt d)) in degrees, computed as atan2(across, along),
+    which keeps its precision near 0 degrees. The usual answer through acos does not:
+    acos(1 - delta) = sqrt(2 delta), so a cosine rounded by a few u is off by sqrt(8 u)
+    radians there, the slack the check (``_angle_slack``) allows."""
     along = queries.sum(-1).abs() / math.sqrt(queries.shape[-1])
     across = (queries - queries.mean(-1, keepdim=True)).norm(dim=-1)
     return torch.rad2deg(torch.atan2(across, along))
@@ -87,6 +91,12 @@ _ATTEND_MISTAKES = [
      lambda S, c, v: torch.softmax(S.unsqueeze(0) * c.unsqueeze(1).to(S.dtype), -1) @ v),
 ]
 
+# uniform_query_weights has no reference: the check judges the property. With
+# M = W_Q^T W_K and P the projection onto the hyperplane H of LayerNorm'd vectors
+# (queries are h M, rows), h M is parallel to 1 for every h in H exactly when P M P = 0,
+# and it is nonzero for almost every h in H exactly when P M is not zero (the h with
+# h M = 0 then form a subspace of H). W_Q = 1 w^T, W_K = I, with w not parallel to 1,
+# passes.
 _UNIFORM_MISTAKES = [
     ("with W_Q = W_K = I the query is the token itself, which is orthogonal to 1: "
      "scores then depend on the key. Make W_Q map every vector onto the 1 direction",

@@ -10,6 +10,7 @@ from torch import Tensor
 
 # --- DyT -----------------------------------------------------------------------------
 def _dyt(x: Tensor, alpha: float, gamma: Tensor, beta: Tensor) -> Tensor:
+    """gamma * tanh(alpha * x) + beta, elementwise: (..., d) -> (..., d)."""
     return gamma * torch.tanh(alpha * x) + beta
 
 _DYT_MISTAKES = [
@@ -29,6 +30,9 @@ _DYT_MISTAKES = [
 
 # --- the chance level of |cos(h, 1)| ----------------------------------------------------
 def _chance(d: int) -> float:
+    """E|cos(u, 1)| = Γ(d/2) / (√π Γ((d+1)/2)), through lgamma against overflow. The
+    check allows 1e4 epsilons: the Gamma functions (or a Beta function) lose a few
+    hundred at large d."""
     return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
 
 _CHANCE_MISTAKES = [
@@ -84,6 +88,7 @@ _QK_MISTAKES = [
 
 # --- the fraction of ||h||² along 1 ----------------------------------------------------
 def _along(h: Tensor) -> Tensor:
+    """||proj_1 h||² / ||h||² = cos²(h, 1) = d h̄² / ||h||²: (..., d) -> (...)."""
     return h.sum(-1).pow(2) / (h.shape[-1] * h.pow(2).sum(-1))
 
 _ALONG_MISTAKES = [
@@ -105,6 +110,7 @@ _ALONG_MISTAKES = [
 
 # --- the peak ratio of a vector (a massive activation) -------------------------------
 def _peak(h: Tensor) -> Tensor:
+    """max|h| / median|h| per vector, over its d entries: (..., d) -> (...)."""
     a = h.abs()
     return a.amax(-1) / a.median(-1).values
 
@@ -131,6 +137,8 @@ _PEAK_MISTAKES = [
 
 # --- the largest logit of a QK-normed head -----------------------------------------------
 def _bound(g_q: Tensor, g_k: Tensor) -> Tensor:
+    """√dh · max_i |g_q,i g_k,i|: gains (..., dh) -> (...), reached by q = √dh e_i and
+    k = ±√dh e_i on the channel of the largest |g_q,i g_k,i|."""
     return math.sqrt(g_q.shape[-1]) * (g_q * g_k).abs().amax(-1)
 
 _BOUND_MISTAKES = [
