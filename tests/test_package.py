@@ -200,7 +200,7 @@ def test_layout_rules_bite():
     assert layout_problems({"lncourse.evidence.nope.ledger": {"lncourse.majority.task"}})
     assert layout_problems({"lncourse.evidence.nope.ledger": {"lncourse.grading.sheet"}})
     assert not layout_problems({"lncourse.evidence.nope.ledger": {
-        "lncourse.evidence.claims", "lncourse.evidence.nope.verdict", "lncourse.nope.lemmas",
+        "lncourse.evidence.claims", "lncourse.evidence.nope.claims", "lncourse.nope.lemmas",
         "lncourse.results"}})
     assert not layout_problems({"lncourse.evidence.norms.majority_run": {
         "lncourse.majority.train"}})

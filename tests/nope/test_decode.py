@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.evidence.nope import ablation as nope_ablation, decode, verdict
+from lncourse.evidence.nope import ablation as nope_ablation, claims as verdict, decode
 from lncourse.evidence.nope.stream_run import errors
 from lncourse.results import RESULTS_DIR, load_result, today_command
 

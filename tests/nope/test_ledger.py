@@ -83,7 +83,7 @@ def test_an_edited_stored_number_fails_the_ledger(runs, what):
 
 
 def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
-    from lncourse.evidence.nope import verdict
+    from lncourse.evidence.nope import claims as verdict
     got = verdict.page_claims(runs["probe"], runs["ablation"]) \
         + verdict.trained_claims(runs["trained"]) + verdict.decode_claims(runs["decode"])
     from lncourse.evidence.nope import stream_read
@@ -96,7 +96,7 @@ def test_the_chapters_sentences_hold_for_the_stored_runs(runs):
 
 
 def test_each_sentence_fails_on_contrary_numbers(runs):
-    from lncourse.evidence.nope import verdict
+    from lncourse.evidence.nope import claims as verdict
 
     def holds(r):
         return {c.key: c.holds for c in verdict.page_claims(r["probe"], r["ablation"])}
@@ -119,7 +119,7 @@ def test_each_sentence_fails_on_contrary_numbers(runs):
 
 
 def test_each_decoding_sentence_fails_on_contrary_numbers(runs):
-    from lncourse.evidence.nope import verdict
+    from lncourse.evidence.nope import claims as verdict
 
     def holds(r):
         return {c.key: c.holds for c in verdict.decode_claims(r["decode"])}

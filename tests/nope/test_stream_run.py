@@ -12,7 +12,7 @@ import torch
 from lncourse.nope import variance as nope
 from lncourse.evidence.nope import ablation as nope_ablation
 from lncourse.evidence.nope import features as nope_features, probe as nope_probe
-from lncourse.evidence.nope import stream_run as nope_stream, verdict as nope_verdict
+from lncourse.evidence.nope import claims as nope_claims, stream_run as nope_stream
 from lncourse.results import RESULTS_DIR
 
 TINY = dict(d_model=32, n_heads=4, n_layers=2, seq_len=16, sigma=0.02)
@@ -111,9 +111,9 @@ def test_bad_stream_config():
 
 
 def test_depth_slope_and_summary():
-    assert nope_verdict.depth_slope([99, 10, 8, 6, 4]) == pytest.approx(-2.0)
+    assert nope_claims.depth_slope([99, 10, 8, 6, 4]) == pytest.approx(-2.0)
     runs = [{"seed": s, "mae_classifier": [128, 100 - s, 90 - s, 80 - s]} for s in range(3)]
-    s = nope_verdict.summary({"results": {"causal": runs, "bidirectional": []}})["causal"]
+    s = nope_claims.summary({"results": {"causal": runs, "bidirectional": []}})["causal"]
     assert s["slope"][0] == pytest.approx(-10.0)
     assert s["mae"][1] == pytest.approx(99.0)
     assert s["ci"][1][0] < 99 < s["ci"][1][1]
@@ -165,32 +165,32 @@ def test_ablation_claims_check_each_hypothesis_at_the_deepest_probe():
     shift = {"64_positions": 10, "quarter_sequences": 0.05, "before_final_ln": -20,
              "variance_feature": 5, "regression": 3, "base_bfloat16": 0.5}
     abl = {"config": {"depths": [0, 6, 12]}, "runs": [run(s, shift) for s in range(3)]}
-    got = {c.key: c.holds for c in nope_verdict.ablation_claims(abl)}
+    got = {c.key: c.holds for c in nope_claims.ablation_claims(abl)}
     assert got == {"ablation_64_positions": True, "ablation_quarter_sequences": False,
                    "ablation_before_final_ln": True, "ablation_variance_feature": False,
                    "ablation_regression": True, "ablation_base_bfloat16": True}
     one = {"config": {"depths": [0, 6, 12]}, "runs": [run(0, shift)]}
-    assert all(c.holds is None for c in nope_verdict.ablation_claims(one))
+    assert all(c.holds is None for c in nope_claims.ablation_claims(one))
 
 
 def test_verdict_on_the_first_stored_probe_is_a_null_result():
     """The chapter reports the first stored run (regression probe, 64 positions) as not
     reproducing Figure 2: no trend with depth, not below the baseline."""
     from lncourse.results import load_result
-    got = {c.key: c for c in nope_verdict.claims(load_result("nope/probe_paper"), key="mae")}
+    got = {c.key: c for c in nope_claims.claims(load_result("nope/probe_paper"), key="mae")}
     assert got["falls_with_depth"].holds is False and got["below_baseline"].holds is False
-    s = nope_verdict.summary(load_result("nope/probe_paper"), key="mae")["causal"]
+    s = nope_claims.summary(load_result("nope/probe_paper"), key="mae")["causal"]
     assert s["mean_1_to_K"][1] < 128 < s["mean_1_to_K"][2] and s["seeds"] == 5
 
 
 def test_below_baseline_claims_and_the_uniform_guess():
     L = 512
     a = np.arange(L)
-    assert nope_verdict.uniform_guess(L) == pytest.approx(np.abs(a[:, None] - a).mean())
+    assert nope_claims.uniform_guess(L) == pytest.approx(np.abs(a[:, None] - a).mean())
     runs = [{"seed": s, "mae": {"base": [170.0, 160.0 + s], "regression": [128.0, 110.0 + s],
                                 "edge": [128.0, 125.0 + 2 * s]}} for s in range(3)]
     abl = {"config": {"depths": [0, 12]}, "runs": runs, "baseline": 128.0}
-    got = {c.key: c.holds for c in nope_verdict.below_baseline_claims(abl)}
+    got = {c.key: c.holds for c in nope_claims.below_baseline_claims(abl)}
     assert got == {"below_base": False, "below_regression": True, "below_edge": False}
 
 

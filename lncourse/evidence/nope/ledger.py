@@ -12,16 +12,16 @@ and its baseline, per kind the means, standard deviations and 95% intervals per 
 the slope and the mean over depths 1 ... K with their intervals, and the text and
 verdict of each claim on Figure 2; per seed and row of the ablation its errors, the
 table's cells (mean and interval over seeds), the claims, the glued deepest means, the
-baselines; the chapter's own sentences on them (:func:`verdict.page_claims`); the
+baselines; the chapter's own sentences on them (:func:`claims.page_claims`); the
 benchmark's speed-ups and bfloat16's feature error per depth; per seed and reading of
 the classifier its errors, the table's cells and the sentences on them
-(:func:`verdict.decode_claims`); per model of the all-positions run its errors, and per
+(:func:`claims.decode_claims`); per model of the all-positions run its errors, and per
 kind, probe and depth the error, the correlation of the answer with the position and the
 recalibrated error (from the stored readings, which a test recomputes from the
 predictions) with their intervals, and the
 sentences on them (:func:`stream_read.claims`); the trained model's loss
 curve, its per-layer slopes and uniformities before and after training (recomputed from
-its stored curves) and the sentences on them (:func:`verdict.trained_claims`); from
+its stored curves) and the sentences on them (:func:`claims.trained_claims`); from
 ``nope/stream_gpu.json`` (the probe on a lent GPU) the sentences of
 :func:`stream_read.device_claims` and the paper-budget readings the replication page glues, and
 the exploratory depth trend (:func:`stream_read.trend_claim`); from
@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.evidence.claims import ledger_main
-from lncourse.evidence.nope import probe, retrained_report, stream_read, verdict
+from lncourse.evidence.nope import claims as nope_claims, probe, retrained_report, stream_read
 from lncourse.results import RESULTS_DIR, describe, load_result
 from lncourse.summary import paired_interval
 
@@ -77,8 +77,8 @@ def _probe(stored: dict) -> dict:
                                  for r in runs} for kind, runs in stored["results"].items()},
             "summarize": probe.summarize(stored["results"]),
             "summary": {k: {kk: vv for kk, vv in v.items() if kk != "per_seed"}
-                        for k, v in verdict.summary(stored, key="mae").items()},
-            "claims": {c.key: c for c in verdict.claims(stored, key="mae")}}
+                        for k, v in nope_claims.summary(stored, key="mae").items()},
+            "claims": {c.key: c for c in nope_claims.claims(stored, key="mae")}}
 
 
 def _ablation(abl: dict) -> dict:
@@ -95,16 +95,17 @@ def _ablation(abl: dict) -> dict:
             "config": {k: cfg[k] for k in ("depths", "seeds", "train_seqs", "eval_seqs",
                                            "updates", "update_positions", "hidden",
                                            "seq_len")},
-            "baseline": abl["baseline"], "uniform_guess": verdict.uniform_guess(cfg["seq_len"]),
+            "baseline": abl["baseline"],
+            "uniform_guess": nope_claims.uniform_guess(cfg["seq_len"]),
             "per_seed": {str(r["seed"]): r["mae"] for r in runs}, "table": table,
             "deepest_mean": {row: float(np.mean([r["mae"][row][-1] for r in runs]))
                              for row in runs[0]["mae"]},
-            "claims": {c.key: c for c in verdict.ablation_claims(abl)
-                       + verdict.below_baseline_claims(abl)}}
+            "claims": {c.key: c for c in nope_claims.ablation_claims(abl)
+                       + nope_claims.below_baseline_claims(abl)}}
 
 
 def _page(probe: dict, abl: dict) -> dict:
-    return {c.key: c for c in verdict.page_claims(probe, abl)}
+    return {c.key: c for c in nope_claims.page_claims(probe, abl)}
 
 
 def _trained(stored: dict) -> dict:
@@ -124,7 +125,7 @@ def _trained(stored: dict) -> dict:
                 "slope_max": max(r["slope"] for r in after),
                 "uniformity_min": min(r["uniformity"] for r in after),
                 "uniformity_max": max(r["uniformity"] for r in after)},
-            "claims": {c.key: c for c in verdict.trained_claims(stored)}}
+            "claims": {c.key: c for c in nope_claims.trained_claims(stored)}}
 
 
 def _decode(decode: dict) -> dict:
@@ -134,8 +135,8 @@ def _decode(decode: dict) -> dict:
             "config": {k: decode["config"][k] for k in ("depths", "seeds", "seq_len")},
             "baseline": decode["baseline"],
             "per_seed": {str(r["seed"]): r["mae"] for r in decode["runs"]},
-            "table": verdict.decode_table(decode),
-            "claims": {c.key: c for c in verdict.decode_claims(decode)}}
+            "table": nope_claims.decode_table(decode),
+            "claims": {c.key: c for c in nope_claims.decode_claims(decode)}}
 
 
 def _stream(stored: dict, reads: dict, ablation: dict) -> dict:

@@ -47,7 +47,7 @@ import of the same configuration (a later session's models), and writes
 ``results/nope/<name>_predictions.npz``. The readings (:func:`device_readings`) are
 computed then and stored in the JSON; ``tests/nope/test_stream_read.py`` computes them
 again. Each phase reads as a stored stream run (``{"results": {kind: [model, ...]},
-"baseline": ...}``, :func:`phase_view`), so :mod:`lncourse.evidence.nope.verdict` and
+"baseline": ...}``, :func:`phase_view`), so :mod:`lncourse.evidence.nope.claims` and
 this module's readings read it as they read ``nope/stream_paper.json``.
 
 **What chapter 4 says of the device runs** (issue 35, item 5). Two stored files, both
@@ -81,7 +81,7 @@ from scipy import stats
 from lncourse.evidence.claims import Claim
 from lncourse.evidence.nope.probe import middle_baseline
 from lncourse.evidence.nope.stream_run import errors
-from lncourse.evidence.nope.verdict import (claims as figure2_claims, depth_slope,
+from lncourse.evidence.nope.claims import (claims as figure2_claims, depth_slope,
                                             format_ci, t_interval, uniform_guess)
 from lncourse.results import (RESULTS_DIR, command_line, git_commit, load_result, store_run,
                               write_result)
@@ -246,7 +246,7 @@ def summary(stored: dict, reads: dict) -> dict:
 
 def _mean_1_to_k(a: np.ndarray):
     """The mean over depths 1 ... K per model, then over models with its interval (as
-    :func:`lncourse.evidence.nope.verdict.summary`'s ``mean_1_to_K``)."""
+    :func:`lncourse.evidence.nope.claims.summary`'s ``mean_1_to_K``)."""
     return t_interval(a[:, 1:].mean(1))
 
 
