@@ -194,7 +194,7 @@ def test_layout_rules_bite():
         "nope module lncourse.nope.figures imports the evidence layer: "
         "lncourse.evidence.nope.ledger"]
     assert layout_problems({"lncourse.results": {"lncourse.evidence.claims"}})
-    assert layout_problems({"lncourse.checks.majority": {"lncourse.evidence.majority.verdict"}})
+    assert layout_problems({"lncourse.checks.majority": {"lncourse.evidence.majority.claims"}})
     assert layout_problems({"lncourse.grading.grade": {"lncourse.evidence.claims"}})
     assert layout_problems({"lncourse.evidence.nope.ledger": {"lncourse.evidence.norms.ledger"}})
     assert layout_problems({"lncourse.evidence.nope.ledger": {"lncourse.majority.task"}})
