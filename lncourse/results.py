@@ -135,12 +135,12 @@ RENAMED = {
     "lncourse.majority_bench": "lncourse.evidence.majority.bench",
     "lncourse.majority_claims": "lncourse.evidence.majority.claims",
     "lncourse.majority_config": "lncourse.majority.config",
-    "lncourse.majority_report": "lncourse.evidence.majority.report",
+    "lncourse.majority_report": "lncourse.evidence.majority.ledger",
     "lncourse.majority_single": "lncourse.majority.single",
     "lncourse.majority_snapshots": "lncourse.evidence.majority.snapshots",
     "lncourse.majority_stats": "lncourse.majority.stats",
     "lncourse.majority_train": "lncourse.evidence.majority.runs",
-    "lncourse.majority_verdict": "lncourse.evidence.majority.verdict",
+    "lncourse.majority_verdict": "lncourse.evidence.majority.claims",
     "lncourse.multiset": "lncourse.majority.multiset",
     "lncourse.multiset_fused": "lncourse.majority.multiset_fused",
     "lncourse.nope": "lncourse.nope.variance",
@@ -182,8 +182,8 @@ RENAMED = {
     "lncourse.selectability.kernel": "lncourse.evidence.selectability.kernel",
     "lncourse.majority.bench": "lncourse.evidence.majority.bench",
     "lncourse.majority.claims": "lncourse.evidence.majority.claims",
-    "lncourse.majority.report": "lncourse.evidence.majority.report",
-    "lncourse.majority.verdict": "lncourse.evidence.majority.verdict",
+    "lncourse.majority.report": "lncourse.evidence.majority.ledger",
+    "lncourse.majority.verdict": "lncourse.evidence.majority.claims",
     "lncourse.nope.ablation": "lncourse.evidence.nope.ablation",
     "lncourse.nope.decode": "lncourse.evidence.nope.decode",
     "lncourse.nope.ledger": "lncourse.evidence.nope.ledger",
@@ -214,7 +214,7 @@ RENAMED = {
     "lncourse.norms.retrained_models": "lncourse.evidence.norms.retrained_models",
     "lncourse.norms.review": "lncourse.evidence.norms.review",
     "lncourse.norms.trained": "lncourse.evidence.norms.trained",
-    "lncourse.norms.verdict": "lncourse.evidence.norms.verdict",
+    "lncourse.norms.verdict": "lncourse.evidence.norms.claims",
     # chapter 3's trainer trains and its caller records (issue 59): the stored runs'
     # command line and their parameter snapshots left lncourse.majority.train (which
     # stays, the course's trainer) for the evidence
@@ -227,6 +227,13 @@ RENAMED = {
     "lncourse.evidence.nope.stream_gpu": "lncourse.evidence.nope.stream_read",
     "lncourse.evidence.nope.stream_import": "lncourse.evidence.nope.stream_read",
     "lncourse.evidence.nope.stream_report": "lncourse.evidence.nope.stream_read",
+    # issue 59: uniform evidence names: every chapter's ledger is ledger.py and its
+    # checked sentences claims.py (chapter 3's verdict.py merged into its claims.py;
+    # chapters 4 and 5 renamed theirs)
+    "lncourse.evidence.majority.report": "lncourse.evidence.majority.ledger",
+    "lncourse.evidence.majority.verdict": "lncourse.evidence.majority.claims",
+    "lncourse.evidence.norms.verdict": "lncourse.evidence.norms.claims",
+    "lncourse.evidence.nope.verdict": "lncourse.evidence.nope.claims",
 }
 
 

@@ -36,4 +36,4 @@ if ! $PY -c "import json, sys; r = json.load(open('results/majority/paper_snapsh
     --device "$DEVICE" --quiet
 fi
 # chapter 3's ledger of reported numbers, from whatever is stored now
-$PY -m lncourse.evidence.majority.report
+$PY -m lncourse.evidence.majority.ledger

@@ -194,7 +194,7 @@ def test_layout_rules_bite():
         "nope module lncourse.nope.figures imports the evidence layer: "
         "lncourse.evidence.nope.ledger"]
     assert layout_problems({"lncourse.results": {"lncourse.evidence.claims"}})
-    assert layout_problems({"lncourse.checks.majority": {"lncourse.evidence.majority.verdict"}})
+    assert layout_problems({"lncourse.checks.majority": {"lncourse.evidence.majority.claims"}})
     assert layout_problems({"lncourse.grading.grade": {"lncourse.evidence.claims"}})
     assert layout_problems({"lncourse.evidence.nope.ledger": {"lncourse.evidence.norms.ledger"}})
     assert layout_problems({"lncourse.evidence.nope.ledger": {"lncourse.majority.task"}})
@@ -241,6 +241,37 @@ def test_root_holds_only_the_core_and_the_folders():
     assert folders == set(CHAPTERS) | CORE_FOLDERS | {CHECKS, GRADING, EVIDENCE}, sorted(folders)
     evidence = PACKAGE / EVIDENCE
     assert {p.name for p in evidence.iterdir() if (p / "__init__.py").exists()} <= set(CHAPTERS)
+
+
+def evidence_layout_problems(folders: dict[str, set[str]]) -> list[str]:
+    """What breaks the one layout of the evidence (issue 59) in ``folders`` (chapter ->
+    its module files): the checked sentences in claims.py, the ledger in ledger.py, and
+    no verdict.py beside them."""
+    problems = []
+    for chapter, names in sorted(folders.items()):
+        problems += [f"{chapter}: no {n}" for n in ("ledger.py", "claims.py")
+                     if n not in names]
+        if "verdict.py" in names:
+            problems.append(f"{chapter}: verdict.py (claims belong in claims.py)")
+    return problems
+
+
+def test_every_chapters_evidence_has_the_same_modules():
+    """Issue 59: every chapter's evidence keeps its checked sentences in claims.py and
+    its numbers' ledger in ledger.py (whose main writes results/<chapter>/reported.json)."""
+    evidence = PACKAGE / EVIDENCE
+    folders = {p.name: {f.name for f in p.glob("*.py")} for p in evidence.iterdir()
+               if (p / "__init__.py").exists()}
+    assert set(folders) == set(CHAPTERS)
+    assert evidence_layout_problems(folders) == []
+    for chapter in folders:
+        source = (evidence / chapter / "ledger.py").read_text(encoding="utf-8")
+        assert "def main(" in source and "reported" in source, chapter
+    # the check bites: chapter 3's old names, and a verdict left beside the claims
+    assert evidence_layout_problems({"majority": {"report.py", "claims.py", "verdict.py"},
+                                     "norms": {"ledger.py", "verdict.py"}}) == [
+        "majority: no ledger.py", "majority: verdict.py (claims belong in claims.py)",
+        "norms: no claims.py", "norms: verdict.py (claims belong in claims.py)"]
 
 
 def test_names_inside_a_folder_drop_its_prefix():

@@ -164,3 +164,54 @@ def test_a_run_started_before_the_move_resumes_under_the_new_name(tmp_path):
         "python -m lncourse.evidence.nope.stream_run --preset paper"
     assert all(new.startswith("lncourse.") and R.RENAMED.get(new) is None
                for new in R.RENAMED.values())           # every new name is final
+
+
+def _commands(node):
+    """Every command line a stored provenance records: the command that made the result
+    and each it resumed with."""
+    if isinstance(node, dict):
+        if isinstance(node.get("command"), str) and "git_commit" in node:
+            yield node["command"]
+            yield from node.get("resumed_with", [])
+        for value in node.values():
+            yield from _commands(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _commands(value)
+
+
+def _runs_today(command: str) -> str | None:
+    """Why ``command`` would not run today, after :func:`lncourse.results.today_command`:
+    no such module, one without a ``main`` run as ``__main__``, or no such script; None
+    when it runs."""
+    import importlib.util
+
+    words = R.today_command(command).split()
+    if "-m" not in words:                       # a script under benchmarks/ or scripts/
+        script = next((w for w in words if w.endswith(".py")), None)
+        exists = script is not None and (R.RESULTS_DIR.parent / script).is_file()
+        return None if exists else f"no script {script}"
+    module = words[words.index("-m") + 1]
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None or spec.origin is None:
+        return f"no module {module}"
+    source = open(spec.origin, encoding="utf-8").read()
+    if "def main(" not in source or '__name__ == "__main__"' not in source:
+        return f"{module} has no main run as __main__"
+    return None
+
+
+def test_every_stored_command_runs_today():
+    """Each command a stored result (or a checkpoint's start record) says made it names,
+    through RENAMED, a module that exists today and has a main: a module moved without
+    its entry in the table (issue 59: majority.report became majority.ledger) fails."""
+    stored = sorted(R.RESULTS_DIR.rglob("*.json"))
+    found = [(str(p.relative_to(R.RESULTS_DIR)), c) for p in stored
+             for c in _commands(json.loads(p.read_text()))]
+    assert len({w for w, _ in found}) > 40, "too few stored provenances read"
+    broken = sorted({(where, command, why) for where, command in found
+                     if (why := _runs_today(command))})
+    assert not broken, "\n".join(f"{w}: `{c}`: {why}" for w, c, why in broken)

@@ -1,7 +1,7 @@
 """Every stored result (results/**/*.json) must still come out of today's code: a test
 recomputes a prefix of each majority run (the first training steps, the first evaluation)
 and compares. And results/README.md lists every stored file with the command that writes
-it. The numbers chapter 3 reports are guarded in tests/majority/test_report.py."""
+it. The numbers chapter 3 reports are guarded in tests/majority/test_ledger.py."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_stored_benchmark_losses_replay():
 
 # chapter 3's stored runs (the paper run is paper_snapshots.json; they are committed, so
 # a missing one fails rather than skips); that its conclusions hold for them, and every
-# number it reports, is tested in tests/majority/test_report.py
+# number it reports, is tested in tests/majority/test_ledger.py
 CHAPTER3 = ("paper_snapshots", "grid_b500", "grid_b6000", "three_d")
 
 
@@ -165,18 +165,18 @@ CHAPTER3 = ("paper_snapshots", "grid_b500", "grid_b6000", "three_d")
 def test_chapter3_conclusions_fail_on_contrary_evidence(key, variants, shift, monkeypatch):
     """The claims are computed, not asserted: shift some variants' accuracy curves and the
     statement that rests on them stops holding."""
-    from lncourse.evidence.majority import verdict as V
+    from lncourse.evidence.majority import claims as MC
 
-    monkeypatch.setattr(V, "_uniformity_claim", lambda paper, stats=None: V.Claim("uniformity", "", True))
+    monkeypatch.setattr(MC, "_uniformity_claim", lambda paper, stats=None: MC.Claim("uniformity", "", True))
     paper, grid_b500, grid_b6000, three_d = (_load(RESULTS_DIR / "majority" / f"{n}.json")
                                              for n in CHAPTER3)
     acc = np.asarray(paper["test_acc"])
     cols = [m for m, v in enumerate(paper["variant"]) if v in variants]
     acc[1:, cols] = np.clip(acc[1:, cols] + shift, 0.0, 1.0)
-    before = {c.key: c.holds for c in V.claims(paper, {500: grid_b500, 6000: grid_b6000}, three_d)}
+    before = {c.key: c.holds for c in MC.claims(paper, {500: grid_b500, 6000: grid_b6000}, three_d)}
     assert before[key] is True
     paper["test_acc"] = acc.tolist()
-    after = {c.key: c.holds for c in V.claims(paper, {500: grid_b500, 6000: grid_b6000}, three_d)}
+    after = {c.key: c.holds for c in MC.claims(paper, {500: grid_b500, 6000: grid_b6000}, three_d)}
     assert after[key] is False
 
 
@@ -187,11 +187,11 @@ def test_the_replication_claim_states_its_worst_gap_unrounded():
     import re as _re
 
     from lncourse.majority import stats as ST
-    from lncourse.evidence.majority import verdict as V
+    from lncourse.evidence.majority import claims as MC
 
     paper, grid_b500, grid_b6000, three_d = (_load(RESULTS_DIR / "majority" / f"{n}.json")
                                              for n in CHAPTER3)
-    claim = next(c for c in V.claims(paper, {500: grid_b500, 6000: grid_b6000}, three_d)
+    claim = next(c for c in MC.claims(paper, {500: grid_b500, 6000: grid_b6000}, three_d)
                  if c.key == "reproduces_paper")
     gaps = []
     for variant in ("layernorm", "no_projection_released"):     # the paper's two curves

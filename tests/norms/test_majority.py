@@ -284,8 +284,8 @@ def test_command_line_stores_a_run_and_exports_a_partial_one(tmp_path, monkeypat
 
 
 def test_the_paper_batch_claims_fail_on_contrary_numbers(computed):
-    """Each claim of verdict.arms_batch_claims turns False when its run says otherwise."""
-    from lncourse.evidence.norms import verdict
+    """Each claim of claims.arms_batch_claims turns False when its run says otherwise."""
+    from lncourse.evidence.norms import claims
 
     s = computed["paper_batch"]
     cases = {"no_projection not faster": ("verdict", "no_projection", "tuned", "not resolved"),
@@ -294,4 +294,4 @@ def test_the_paper_batch_claims_fail_on_contrary_numbers(computed):
     for name, (top, arm, key, value) in cases.items():
         edited = copy.deepcopy(s)
         edited[top][arm][key] = value
-        assert not all(verdict.arms_batch_claims(edited).values()), name
+        assert not all(claims.arms_batch_claims(edited).values()), name

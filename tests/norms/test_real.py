@@ -73,6 +73,6 @@ def test_passages_are_fixed_and_start_at_a_line():
 
 
 def test_the_chapters_claims_hold_on_the_stored_measurements(stored):
-    from lncourse.evidence.norms.verdict import claims
+    from lncourse.evidence.norms.claims import claims
     failed = [c for c, ok in claims(stored).items() if not ok]
     assert not failed, failed

@@ -6,7 +6,7 @@ trend (per seed, the least-squares slope of the error against depth over depths
 1 ... K; then its mean and interval over seeds). :func:`claims` states the comparison
 with Chi et al.'s Figure 2 and the ablation's readings, each with the numbers it rests on
 and whether it holds (None while too few models have finished), in the pattern of
-:func:`lncourse.evidence.majority.verdict.claims`. :func:`page_claims` are the chapter's own
+:func:`lncourse.evidence.majority.claims.claims`. :func:`page_claims` are the chapter's own
 sentences about the stored probe run and the ablation, checked the same way.
 """
 

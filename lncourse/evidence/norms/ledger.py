@@ -7,13 +7,13 @@ per statistic and norm, the mean over passages with its 95% interval (recomputed
 the stored per-passage values, :func:`lncourse.evidence.norms.real.summarize`), the glued
 summaries (ratios to the chance level, counts of norms whose interval lies below or above
 a level, growth, massive activations, slope ratios) and every claim of
-:func:`lncourse.evidence.norms.verdict.claims`; from ``norms/trained_heads.json`` the per-head
+:func:`lncourse.evidence.norms.claims.claims`; from ``norms/trained_heads.json`` the per-head
 summary, test losses and claims; from ``norms/vlens.json`` (the V lens) the summary per
 norm recomputed from the stored curves, the lens's parameters and the claims of
-:func:`lncourse.evidence.norms.verdict.vlens_claims`; from ``norms/logits.json`` (logit growth
+:func:`lncourse.evidence.norms.claims.vlens_claims`; from ``norms/logits.json`` (logit growth
 with and without QK-norm) the summary recomputed from the stored records, each model's
 final test loss and largest logits, and the claims of
-:func:`lncourse.evidence.norms.verdict.logits_claims`; and the replication page's review
+:func:`lncourse.evidence.norms.claims.logits_claims`; and the replication page's review
 (:mod:`lncourse.evidence.norms.review`): the bigram and unigram levels of the character data, where
 each trained model sits against them, the majority arms' intervals corrected for the five
 comparisons (from the arms' ledger) and DyT's position signal in absolute and relative
@@ -36,8 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.evidence.claims import ledger_main, load_ledger
-from lncourse.evidence.norms import (context_use, majority_report, periln_report, quoted, real,
-                                     review, trained, verdict)
+from lncourse.evidence.norms import (claims, context_use, majority_report, periln_report,
+                                     quoted, real, review, trained)
 from lncourse.norms.hidden import STATS, chance_abs_cos
 from lncourse.results import RESULTS_DIR, describe, load_result
 
@@ -99,7 +99,7 @@ def _heads(stored: dict) -> dict:
             "stored_summary": stored["summary"],
             "final_test_loss": {v: [r["history"]["test_loss"][-1] for r in runs]
                                 for v, runs in stored["models"].items()},
-            "claims": {text: holds for text, holds in verdict.heads_claims(stored).items()}}
+            "claims": {text: holds for text, holds in claims.heads_claims(stored).items()}}
 
 
 def _vlens(stored: dict) -> dict:
@@ -113,7 +113,7 @@ def _vlens(stored: dict) -> dict:
             "summary": vlens.summarize(stored),
             "lens": {a: {k: v for k, v in vlens.predicted(a, cfg).items()
                          if k in ("tau2", "s_in", "crossover")} for a in cfg.arms},
-            "claims": verdict.vlens_claims(stored)}
+            "claims": claims.vlens_claims(stored)}
 
 
 def _logits(stored: dict) -> dict:
@@ -131,7 +131,7 @@ def _logits(stored: dict) -> dict:
                                               "final_max_logit")}
                            | {"max_logit_at_0": r["history"]["max_logit"][0]}
                            for r in runs] for v, runs in stored["models"].items()},
-            "claims": verdict.logits_claims(stored)}
+            "claims": claims.logits_claims(stored)}
 
 
 def _retrained(run: dict) -> dict:
@@ -239,7 +239,7 @@ def reported(stored: dict, heads: dict, vlens: dict, logits: dict,
     return {**extra, "describe": describe(stored), "n_passages": stored["config"]["n_passages"],
             "stored_summary": {k: m["summary"] for k, m in stored["models"].items()},
             "models": {k: _model(m) for k, m in stored["models"].items()},
-            "claims": {text: holds for text, holds in verdict.claims(stored).items()},
+            "claims": {text: holds for text, holds in claims.claims(stored).items()},
             "trained_heads": _heads(heads), "vlens": _vlens(vlens),
             "logits": _logits(logits)}
 

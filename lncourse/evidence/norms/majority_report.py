@@ -205,13 +205,13 @@ SOURCE, LEDGER = RUNS["reduced"], "norms/majority_reported"
 def reported(stored: dict, data: dict | None = None, run: str = "reduced") -> dict:
     """Every number chapter 5 reports from the stored run ``run`` (a key of :data:`RUNS`):
     what ran, :func:`summary` and the run's claims."""
-    from lncourse.evidence.norms import verdict
+    from lncourse.evidence.norms import claims
     from lncourse.results import describe
     if run not in RUNS:
         raise ValueError(f"run must be one of {sorted(RUNS)}, got {run!r}")
     out = summary(stored, data)
-    claims = verdict.arms_claims(out) if run == "reduced" else verdict.arms_batch_claims(out)
-    return {"describe": describe(stored), **out, "claims": claims}
+    checked = claims.arms_claims(out) if run == "reduced" else claims.arms_batch_claims(out)
+    return {"describe": describe(stored), **out, "claims": checked}
 
 
 def main(argv: list[str] | None = None):

@@ -5,7 +5,7 @@
 batches and lrs), every number the Peri-LN section prints or glues: what ran, the summary
 of :func:`lncourse.evidence.norms.periln.summary` (the Pre-LN models' residual streams measured
 again from their stored weights), every Peri-LN model's final numbers and the claims of
-:func:`lncourse.evidence.norms.verdict.periln_claims`. The ledger
+:func:`lncourse.evidence.norms.claims.periln_claims`. The ledger
 ``results/norms/periln_reported.json`` holds them::
 
     python -m lncourse.evidence.norms.periln_report
@@ -36,7 +36,7 @@ def load() -> tuple[dict, dict, dict]:
 
 def reported(peri: dict, logits_result: dict, logits_weights: dict) -> dict:
     """Every number the chapter reports from the Peri-LN run (see the module's docstring)."""
-    from lncourse.evidence.norms import periln, verdict
+    from lncourse.evidence.norms import claims, periln
 
     pre = periln.pre_ln_streams(logits_result, logits_weights)
     s = periln.summary(peri, logits_result, pre)
@@ -46,7 +46,7 @@ def reported(peri: dict, logits_result: dict, logits_weights: dict) -> dict:
             "models": {v: [{k: r[k] for k in keep} for r in runs]
                        for v, runs in peri["models"].items()},
             "pre_ln_streams": pre, "initial_streams": init,
-            "claims": verdict.periln_claims(s, init)}
+            "claims": claims.periln_claims(s, init)}
 
 
 def main(argv: list[str] | None = None):

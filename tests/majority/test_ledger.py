@@ -1,5 +1,5 @@
 """Every number chapter 3 reports, recomputed from the stored runs and compared with its
-ledger (results/majority/reported.json, see lncourse.evidence.claims and lncourse.evidence.majority.report);
+ledger (results/majority/reported.json, see lncourse.evidence.claims and lncourse.evidence.majority.ledger);
 every claim of its verdict holds; and the stored parameter snapshots give the stored
 curves (lncourse.evidence.majority.snapshots).
 
@@ -29,7 +29,7 @@ import torch
 from lncourse.evidence import claims as C
 from lncourse.evidence.majority import snapshots as S
 from lncourse.majority import task as majority
-from lncourse.evidence.majority import report as R
+from lncourse.evidence.majority import ledger as L
 from lncourse.majority.config import MajorityConfig
 from stored_results_plugin import representative
 from lncourse.results import RESULTS_DIR
@@ -39,19 +39,19 @@ LEDGER = RESULTS_DIR / "majority" / "reported.json"
 
 @pytest.fixture(scope="module")
 def runs():
-    return R.load_runs()
+    return L.load_runs()
 
 
 @pytest.fixture(scope="module")
 def recomputed(runs):
-    return R.reported(**runs)
+    return L.reported(**runs)
 
 
 def test_every_reported_number_matches_the_ledger(recomputed):
     differences = C.compare(recomputed, C.load_ledger(LEDGER))
     assert not differences, ("chapter 3's numbers differ from results/majority/reported.json "
                              "(a stored run or the ledger was changed; if a new run is meant, "
-                             "rewrite it: python -m lncourse.evidence.majority.report):\n  "
+                             "rewrite it: python -m lncourse.evidence.majority.ledger):\n  "
                              + "\n  ".join(differences[:20]))
 
 
@@ -59,7 +59,7 @@ def test_chapter3_conclusions_hold_for_the_stored_runs(runs, recomputed):
     """Every statement of chapter 3's conclusion is supported by the stored results; a
     statement may wait only for a run that is still going."""
     verdict = [v for k, v in C.flatten(recomputed["claims"]).items() if k.endswith("/holds")]
-    assert len(R.grid_cells(runs["paper"], runs["grids"])) == 6
+    assert len(L.grid_cells(runs["paper"], runs["grids"])) == 6
     assert False not in verdict, C.check_claims(list(recomputed["claims"].values()))
     pending = [k for k, c in recomputed["claims"].items() if c.holds is None]
     assert set(pending) <= {"data_seed", "grid_b500", "grid_b6000"}, pending
@@ -81,12 +81,12 @@ def test_an_edited_stored_number_changes_the_reported_numbers(runs, recomputed, 
         paper["test_acc"][i - 3][m] = 0.95
     else:
         grids[500]["test_acc"][1][0] = 0.99      # a grid model at 90% from its step 200
-    cheap = {"paper": {"per_model": R._per_model(paper), **R._tables(paper)},
-             "grid": R._grid(paper, grids)}
+    cheap = {"paper": {"per_model": L._per_model(paper), **L._tables(paper)},
+             "grid": L._grid(paper, grids)}
     ledger = C.load_ledger(LEDGER)
-    before = C.compare({"paper": {"per_model": R._per_model(runs["paper"]),
-                                  **R._tables(runs["paper"])},
-                        "grid": R._grid(runs["paper"], runs["grids"])},
+    before = C.compare({"paper": {"per_model": L._per_model(runs["paper"]),
+                                  **L._tables(runs["paper"])},
+                        "grid": L._grid(runs["paper"], runs["grids"])},
                        {k: v for k, v in ledger.items() if k.split("/")[0] in ("paper", "grid")})
     after = C.compare(cheap, {k: v for k, v in ledger.items()
                               if k.split("/")[0] in ("paper", "grid")})
@@ -245,12 +245,12 @@ def test_three_d_gap_has_a_paired_interval_and_fails_on_contrary_runs(runs, monk
     """The 3-d claim (LayerNorm below the paper's no-projection) rests on a paired t
     interval over the 5 seeds; lift LayerNorm's final accuracies above the other's and it
     stops holding."""
-    from lncourse.evidence.majority import verdict as V
+    from lncourse.evidence.majority import claims as MC
 
-    monkeypatch.setattr(V, "_uniformity_claim",
-                        lambda paper, stats=None: V.Claim("uniformity", "", True))
+    monkeypatch.setattr(MC, "_uniformity_claim",
+                        lambda paper, stats=None: MC.Claim("uniformity", "", True))
     three_d = copy.deepcopy(runs["three_d"])
-    claim = next(c for c in V.claims(runs["paper"], runs["grids"], three_d)
+    claim = next(c for c in MC.claims(runs["paper"], runs["grids"], three_d)
                  if c.key == "three_d")
     mean, low, high = claim.values["difference"]
     assert claim.holds is True and low < mean < high < 0
@@ -258,5 +258,5 @@ def test_three_d_gap_has_a_paired_interval_and_fails_on_contrary_runs(runs, monk
     cols = [m for m, v in enumerate(three_d["variant"]) if v == "layernorm"]
     acc[-1, cols] += 0.25
     three_d["test_acc"] = acc.tolist()
-    after = next(c for c in V.claims(runs["paper"], runs["grids"], three_d) if c.key == "three_d")
+    after = next(c for c in MC.claims(runs["paper"], runs["grids"], three_d) if c.key == "three_d")
     assert after.holds is False and after.values["difference"][0] > 0

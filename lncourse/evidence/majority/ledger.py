@@ -6,12 +6,12 @@ its final training loss and its steps to 80% and 90%; per variant, the table cel
 standard deviations, how many seeds reach a threshold); the paired effects with their
 intervals and equivalence bounds; the interventions' table; the sensitivity grid's
 cells; the uniformity and 3-d tables; and the text of every claim of the verdict
-(:func:`lncourse.evidence.majority.verdict.claims`). The ledger
+(:func:`lncourse.evidence.majority.claims.claims`). The ledger
 ``results/majority/reported.json`` holds them, written by::
 
-    python -m lncourse.evidence.majority.report
+    python -m lncourse.evidence.majority.ledger
 
-and ``tests/majority/test_report.py`` recomputes them and compares (see
+and ``tests/majority/test_ledger.py`` recomputes them and compares (see
 :mod:`lncourse.evidence.claims`): editing a stored curve, or the ledger, fails that test.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 from lncourse.majority import stats as ST
 from lncourse.evidence.claims import ledger_main
 from lncourse.majority.task import effective_queries, norm1, query_angles
-from lncourse.evidence.majority.verdict import claims, grid_cells, uniformity_stats
+from lncourse.evidence.majority.claims import claims, grid_cells, uniformity_stats
 from lncourse.results import RESULTS_DIR, load_result
 
 __all__ = ["METRICS", "COMPARISONS", "load_runs", "reported", "main"]
@@ -151,8 +151,8 @@ def _computed() -> tuple[dict, dict]:
 
 
 def main(argv: list[str] | None = None):
-    """``python -m lncourse.evidence.majority.report``: write the ledger of chapter 3's numbers."""
-    return ledger_main("lncourse.evidence.majority.report", __doc__.split("\n\n")[0],
+    """``python -m lncourse.evidence.majority.ledger``: write the ledger of chapter 3's numbers."""
+    return ledger_main("lncourse.evidence.majority.ledger", __doc__.split("\n\n")[0],
                        RESULTS_DIR / f"{LEDGER}.json", _computed, argv)
 
 
