@@ -5,17 +5,14 @@ it. The numbers chapter 3 reports are guarded in tests/majority/test_ledger.py."
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import importlib.util
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lncourse.results import RESULTS_DIR, today_command
+from lncourse.results import RESULTS_DIR
 from stored_results_plugin import representative
 
 # not training histories: the benchmark and chapter 3's ledger
@@ -38,59 +35,6 @@ def test_readme_lists_every_stored_result():
               if p.parent.name != "checkpoints"}      # a resumable run's bookkeeping
     assert stored <= listed, f"not in results/README.md: {sorted(stored - listed)}"
     assert listed <= stored, f"listed but missing: {sorted(listed - stored)}"
-
-
-def _commands(record):
-    """Every command a stored provenance records: its own, and those of the sessions
-    and imports it merged (``runs``, ``imported``)."""
-    if isinstance(record, dict):
-        for key, value in record.items():
-            if key == "command" and isinstance(value, str):
-                yield value
-            else:
-                yield from _commands(value)
-    elif isinstance(record, list):
-        for value in record:
-            yield from _commands(value)
-
-
-def _runs_as_a_script(module: str) -> bool:
-    """``module`` is in today's package, defines ``main`` and calls it when run with
-    ``python -m`` (read from its source, not imported)."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except ModuleNotFoundError:              # a parent package that no longer exists
-        return False
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return False
-    tree = ast.parse(Path(spec.origin).read_text())
-    has_main = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
-    guarded = any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)
-                  for n in tree.body)
-    return has_main and guarded
-
-
-def test_every_stored_command_runs_a_module_of_today():
-    """A stored result's provenance keeps the command that made it; read through
-    lncourse.results.RENAMED (today_command), every `python -m lncourse...` in it names a
-    module of today's package that runs as a script, so the command still runs (a module
-    moved or merged without its entry in RENAMED fails here)."""
-    checked, bad = 0, []
-    for path in sorted(RESULTS_DIR.glob("*/*.json")):
-        if path.parent.name == "checkpoints":
-            continue
-        for command in _commands(json.loads(path.read_text()).get("provenance", {})):
-            words = today_command(command).split()
-            if "-m" not in words[:-1] or not words[words.index("-m") + 1].startswith(
-                    "lncourse"):
-                continue
-            module = words[words.index("-m") + 1]
-            checked += 1
-            if not _runs_as_a_script(module):
-                bad.append(f"{path.relative_to(RESULTS_DIR)}: {command!r} -> {module}")
-    assert not bad, "stored commands whose module is not today's (add it to RENAMED):\n" \
-        + "\n".join(bad)
-    assert checked >= 40, f"only {checked} stored commands found"
 
 
 @pytest.mark.replay
