@@ -84,7 +84,7 @@ def _edits(summary: dict):
     s = copy.deepcopy(summary)
     s["switched_off"]["attn"] = [16]
     yield "no attention norm", s
-    yield "below the other", scale("L16.mlp", "ratio_gained", 10)
+    yield "within 1.5 times", scale("L16.mlp", "ratio_gained", 1.4)
     yield "over twice", scale("L4.attn", "ratio_gained", 0.05)
 
 
