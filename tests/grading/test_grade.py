@@ -341,8 +341,9 @@ def test_thirty_submissions_grade_in_under_two_minutes(stem, tmp_path):
     every exercise), graded by the command a teacher runs, on the 2-core CPU. Issue 34:
     one solution's first exercise never returns and another's allocates 20 GB; each
     loses that exercise only, and the class still grades within 60 s on a quiet 2-core
-    machine. The bound asserted is 120 s, for the slow suite beside other work; the
-    time and the load average beside it are printed."""
+    machine. The bound asserted is 120 s, for the slow suite beside other work,
+    stretched by the load average beyond the cores (a busy machine is slow, not
+    broken); the time, the load and the bound are printed."""
     import os
     import subprocess
     import sys
@@ -361,14 +362,19 @@ def test_thirty_submissions_grade_in_under_two_minutes(stem, tmp_path):
             nb = with_function(nb, first.label, _first_line_of_body(
                 RIGHT[first.function][0].source, spoiled[k]))
         nbformat.write(nb, tmp_path / f"s{k:02d}.ipynb")
-    start = time.monotonic()
+    start, before = time.monotonic(), os.getloadavg()[0]
     subprocess.run([sys.executable, "-m", "lncourse.grading.grade", *sorted(map(str, tmp_path.glob("*.ipynb"))),
                     "--out", str(tmp_path / "grades.csv"), "--feedback", str(tmp_path / "fb")],
                    check=True, cwd=ROOT, capture_output=True)
-    seconds = time.monotonic() - start
-    print(f"30 submissions of {stem}: {seconds:.0f} s, load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    assert seconds < 120, f"30 submissions took {seconds:.0f} s"
+    seconds, cores = time.monotonic() - start, os.cpu_count() or 1
+    load = max(before, os.getloadavg()[0])
+    # a busy machine slows the class down without failing it: the 120 s stretch by the
+    # load beyond the cores (the sandboxed children run outside this process's rusage,
+    # so CPU time cannot stand in for it)
+    bound = 120 * max(1.0, load / cores)
+    print(f"30 submissions of {stem}: {seconds:.0f} s, load average {load:.1f} on "
+          f"{cores} cores (bound {bound:.0f} s)")
+    assert seconds < bound, f"30 submissions took {seconds:.0f} s (load {load:.1f})"
     rows = sheet(tmp_path / "grades.csv")
     assert len(rows) == 30 and len(list((tmp_path / "fb").glob("*.md"))) == 30
     full = sum(e.points for e in ch.exercises)
