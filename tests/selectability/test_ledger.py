@@ -13,7 +13,7 @@ import pytest
 from lncourse.evidence import claims as C
 from lncourse.results import RESULTS_DIR
 from lncourse.evidence.selectability import ledger as L
-from lncourse.evidence.selectability.report import FULL, NO_SCALING
+from lncourse.evidence.selectability.measure import FULL, NO_SCALING
 
 LEDGER = RESULTS_DIR / "selectability" / "reported.json"
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from lncourse.evidence.selectability import report
+from lncourse.evidence.selectability import measure
 from lncourse.lm import TRACE_STEPS, evaluate_lm, train_lm
 from lncourse.results import RESULTS_DIR, load_result, today_command
 from lncourse.selectability.exact import selectability_batch
@@ -42,13 +42,13 @@ def test_run_shapes_and_plain_data(tiny_run):
         assert len(m["history"]["measure"]) == len(m["history"]["step"]) == 3
         assert len(s["distinct"]) == 2 and s["distinct"][0][0] <= s["distinct"][0][1]
     assert np.asarray(tiny_run["proxy"]["7"]).shape == (2, 2)
-    assert max(report.layer_table(tiny_run)[report.FULL]["after"]) == 0.0
+    assert max(measure.layer_table(tiny_run)[measure.FULL]["after"]) == 0.0
 
 
 def test_no_scaling_ln1_keeps_the_vertices_of_the_projected_inputs(tiny_run):
     """An invertible affine map keeps hull vertices: ln1 without scaling (gamma, beta
     learned) has the vertices of x - mean(x), exactly, when measured in float64."""
-    model = load_model(tiny_run, report.NO_SCALING)
+    model = load_model(tiny_run, measure.NO_SCALING)
     vec = layer_vectors(model, torch.tensor(tiny_run["contexts"]))
     for i in range(4):
         x = vec["resid_pre"][i]
@@ -65,7 +65,7 @@ def test_float32_measurement_would_miscount():
     """What layer_vectors guards against: the float32 ln1 of a no-scaling LN is not flat."""
     cfg = TINY
     tok, _, test_ids = tokenized(cfg)
-    model = build_model(cfg, tok.vocab_size, VARIANTS[report.NO_SCALING])
+    model = build_model(cfg, tok.vocab_size, VARIANTS[measure.NO_SCALING])
     ctx = held_out_contexts(test_ids, cfg)
     with torch.no_grad():
         _, _, cache = model(ctx, return_cache=True)
@@ -79,7 +79,7 @@ def test_float32_measurement_would_miscount():
 def test_layer_vectors_are_the_float64_models_own_cache(tiny_run):
     """The hooks read exactly what the model's cache holds: each block's input and its
     ln1's output, every layer, bit for bit, and leave no hook behind."""
-    model = load_model(tiny_run, report.NO_SCALING)
+    model = load_model(tiny_run, measure.NO_SCALING)
     ctx = torch.tensor(tiny_run["contexts"])
     with torch.no_grad():
         _, _, cache = copy.deepcopy(model).double()(ctx, return_cache=True)
@@ -91,7 +91,7 @@ def test_layer_vectors_are_the_float64_models_own_cache(tiny_run):
 
 
 def test_layer_vectors_leave_the_model_alone(tiny_run):
-    model = load_model(tiny_run, report.FULL).train()
+    model = load_model(tiny_run, measure.FULL).train()
     before = copy.deepcopy(model.state_dict())
     layer_vectors(model, torch.tensor(tiny_run["contexts"]))
     assert model.training and next(model.parameters()).dtype == torch.float32
@@ -100,10 +100,10 @@ def test_layer_vectors_leave_the_model_alone(tiny_run):
 
 
 def test_load_model_round_trip(tiny_run):
-    model = load_model(tiny_run, report.FULL)
+    model = load_model(tiny_run, measure.FULL)
     ctx = torch.tensor(tiny_run["contexts"])
     got = measure_model(model, ctx, TINY.sweep)["before"]
-    assert got == tiny_run["models"][report.FULL]["sweep"]["before"]
+    assert got == tiny_run["models"][measure.FULL]["sweep"]["before"]
 
 
 @pytest.mark.parametrize("kw, match", [
@@ -121,27 +121,27 @@ def test_config_refuses_bad_values(kw, match):
 
 def test_report_helpers(tiny_run):
     wide = 1000   # one row per line, to read the cells; the book's column wraps them
-    table = report.tables_1_2({"tiny": tiny_run}, width=wide)
+    table = measure.tables_1_2({"tiny": tiny_run}, width=wide)
     assert "paper (Table 1)" in table and "51.0" in table
-    table = report.release_differences(tiny_run, tiny_run, tiny_run, width=wide)
+    table = measure.release_differences(tiny_run, tiny_run, tiny_run, width=wide)
     assert "release" in table and f"{TINY.steps} steps, batch {TINY.batch_size}" in table
-    assert "Gaussian proxy (7-D)" in report.diagnostics(tiny_run, width=wide)
-    for text in (report.tables_1_2({"tiny": tiny_run}), report.diagnostics(tiny_run),
-                 report.release_differences(tiny_run, tiny_run, tiny_run)):
+    assert "Gaussian proxy (7-D)" in measure.diagnostics(tiny_run, width=wide)
+    for text in (measure.tables_1_2({"tiny": tiny_run}), measure.diagnostics(tiny_run),
+                 measure.release_differences(tiny_run, tiny_run, tiny_run)):
         assert max(map(len, text.splitlines())) <= 77, text
-    steps, track = report.training_curve(tiny_run)
-    assert steps == [0, 3, 6] and len(track[f"{report.NO_SCALING}, ln1"]) == 3
-    gap_keys = report.gap_summary(tiny_run, tiny_run, tiny_run)
+    steps, track = measure.training_curve(tiny_run)
+    assert steps == [0, 3, 6] and len(track[f"{measure.NO_SCALING}, ln1"]) == 3
+    gap_keys = measure.gap_summary(tiny_run, tiny_run, tiny_run)
     assert gap_keys["bpe_distinct"] == gap_keys["fast_distinct"] == pytest.approx(
-        np.mean([c[-1] for c in tiny_run["models"][report.FULL]["sweep"]["distinct"]]))
-    rows = report.lengths_or_directions(tiny_run, seed=0)
+        np.mean([c[-1] for c in tiny_run["models"][measure.FULL]["sweep"]["distinct"]]))
+    rows = measure.lengths_or_directions(tiny_run, seed=0)
     assert set(rows) == {"ln1, no scaling (7-D)", "resid_pre, full LN (8-D)"}
-    own_t1 = np.asarray(tiny_run["models"][report.NO_SCALING]["sweep"]["after"])[:, :, -1]
+    own_t1 = np.asarray(tiny_run["models"][measure.NO_SCALING]["sweep"]["after"])[:, :, -1]
     assert rows["ln1, no scaling (7-D)"][0] == pytest.approx(100 * own_t1.mean())
     assert rows["ln1, no scaling (7-D)"][2] == pytest.approx(
         100 * np.mean(tiny_run["proxy"]["7"][-1]))
     assert all(0 <= v <= 100 for r in rows.values() for v in r)
-    assert report.lengths_or_directions(tiny_run, seed=0) == rows        # seeded
+    assert measure.lengths_or_directions(tiny_run, seed=0) == rows        # seeded
 
 
 # ----------------------------------------------------------------- stored results
@@ -204,7 +204,7 @@ def test_stored_first_steps_replay(path):
     result = load_result(path)
     cfg = _config(result)
     tok, train_ids, test_ids = tokenized(cfg)
-    label = report.NO_SCALING
+    label = measure.NO_SCALING
     history = result["models"][label]["history"]
     model = build_model(cfg, tok.vocab_size, VARIANTS[label])
     test0 = evaluate_lm(model, test_ids, batches=cfg.eval_batches, batch_size=cfg.batch_size,

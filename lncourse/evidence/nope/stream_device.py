@@ -82,8 +82,9 @@ from torch import Tensor
 
 from lncourse.evidence.nope.features import feature_batches, sequence_vectors
 from lncourse.evidence.nope.probe import stream_seed
-from lncourse.evidence.nope.stream_run import (DTYPES, Probes, StreamConfig, errors, order,
-                                               predict, probe_losses, save_atomic)
+from lncourse.evidence.nope.stream_run import (DTYPES, BatchSchedule, Probes, StreamConfig,
+                                               errors, order, predict, probe_losses,
+                                               save_atomic)
 from lncourse.nope.variance import check_sizes, random_nope_model
 from lncourse.rng import check_seed
 
@@ -95,7 +96,7 @@ INPUTS = ("stream", "device")
 
 
 @dataclass(frozen=True)
-class FastConfig:
+class FastConfig(BatchSchedule):
     d_model: int = 768
     n_heads: int = 12
     n_layers: int = 12
@@ -143,14 +144,6 @@ class FastConfig:
                              "train_eval only with stream inputs")
         for s in self.seeds + self.bidirectional_seeds:
             check_seed(s, "a seed")
-
-    @property
-    def n_batches(self) -> int:
-        return self.train_seqs // self.seqs_per_batch
-
-    def updates_in(self, batch: int) -> int:
-        U, B = self.updates, self.n_batches
-        return (batch + 1) * U // B - batch * U // B
 
     @property
     def every_position(self) -> bool:

@@ -39,13 +39,28 @@ from lncourse.progress import progress as progress_bar
 from lncourse.results import RESULTS_DIR, command_line, run_arguments, run_started, store_run
 from lncourse.rng import check_seed
 
-__all__ = ["StreamConfig", "Probes", "train_model", "PRESETS", "save_atomic", "main"]
+__all__ = ["BatchSchedule", "StreamConfig", "Probes", "train_model", "PRESETS", "save_atomic", "main"]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+class BatchSchedule:
+    """How a run's updates are shared among its training batches; for a config with
+    ``train_seqs``, ``seqs_per_batch`` and ``updates`` (this module's and the fast
+    path's in :mod:`lncourse.evidence.nope.stream_device`)."""
+
+    @property
+    def n_batches(self) -> int:
+        return self.train_seqs // self.seqs_per_batch
+
+    def updates_in(self, batch: int) -> int:
+        """Updates fed by training batch ``batch`` (the 5,000 spread evenly)."""
+        U, B = self.updates, self.n_batches
+        return (batch + 1) * U // B - batch * U // B
+
+
 @dataclass(frozen=True)
-class StreamConfig:
+class StreamConfig(BatchSchedule):
     d_model: int = 768
     n_heads: int = 12
     n_layers: int = 12
@@ -79,15 +94,6 @@ class StreamConfig:
             raise ValueError(f"lr must be a finite positive number, got {self.lr!r}")
         for s in self.seeds + self.bidirectional_seeds:
             check_seed(s, "a seed")
-
-    @property
-    def n_batches(self) -> int:
-        return self.train_seqs // self.seqs_per_batch
-
-    def updates_in(self, batch: int) -> int:
-        """Updates fed by training batch ``batch`` (the 5,000 spread evenly)."""
-        U, B = self.updates, self.n_batches
-        return (batch + 1) * U // B - batch * U // B
 
 
 PRESETS = {

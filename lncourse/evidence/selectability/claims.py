@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from lncourse.evidence.claims import Claim
-from lncourse.evidence.selectability.report import (FULL, NO_SCALING, PAPER_TABLE1, PAPER_TABLE2,
+from lncourse.evidence.selectability.measure import (FULL, NO_SCALING, PAPER_TABLE1, PAPER_TABLE2,
                                            gap_summary, sweep_curves)
 
 __all__ = ["lm_claims", "tokenisation_at_paper_length", "tokenisation_claims",

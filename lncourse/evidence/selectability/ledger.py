@@ -11,7 +11,7 @@ chapter prints, plots or glues from them: per run, the line that says what ran
 prints, per model its loss curves and final test loss, Tables 1 and 2 per layer at the
 largest n, the curves against n and the Gaussian proxy, the LayerNorm's guard (smallest
 variance over ε, smallest |γ|), the diagnostics at the largest n, the training curve, the
-glued numbers of the discussion of the gap to Table 1 (:func:`report.gap_summary`, its
+glued numbers of the discussion of the gap to Table 1 (:func:`measure.gap_summary`, its
 stored part) and the text and verdict of each claim
 (:func:`lncourse.evidence.selectability.claims.lm_claims`), the comparison of tokens at n = 1,024
 with its claims (:func:`~lncourse.evidence.selectability.claims.tokenisation_claims`), the
@@ -38,7 +38,7 @@ import numpy as np
 
 from lncourse.evidence.claims import ledger_main
 from lncourse.results import RESULTS_DIR, describe, load_result
-from lncourse.evidence.selectability import report, seeds_measure, seeds_stats
+from lncourse.evidence.selectability import measure, seeds_measure, seeds_stats
 from lncourse.evidence.selectability.claims import (bpe_learning_claim, bpe_references,
                                                     lm_claims,
                                                     tokenisation_at_paper_length,
@@ -65,8 +65,8 @@ def _lm_run(res: dict) -> dict:
            "tokenizer": {k: res["tokenizer"][k] for k in ("kind", "vocab_size")},
            "config": {k: c[k] for k in ("block_size", "batch_size", "steps", "lr")},
            "sweep_n": list(c["sweep"]),
-           "tables": report.layer_table(res), "curves": report.sweep_curves(res),
-           "proxy": {str(d): v for d, v in report.proxy_curves(res).items()}, "models": {}}
+           "tables": measure.layer_table(res), "curves": measure.sweep_curves(res),
+           "proxy": {str(d): v for d, v in measure.proxy_curves(res).items()}, "models": {}}
     for label, m in res["models"].items():
         h, s = m["history"], m["sweep"]
         at_n = {q: np.asarray(s[q])[:, :, -1].mean() for q in ("before", "after")}
@@ -78,7 +78,7 @@ def _lm_run(res: dict) -> dict:
             "cv": {k: float(np.mean(s[k])) for k in ("cv_before", "cv_after", "raw_cv_before",
                                                      "raw_cv_after")},
             "distinct_at_largest_n": float(np.mean([c[-1] for c in s["distinct"]]))}
-    steps, track = report.training_curve(res)
+    steps, track = measure.training_curve(res)
     out["training_curve"] = {"step": steps, **track}
     return out
 
@@ -94,8 +94,8 @@ def _seeds(seeds: dict) -> dict:
            "table_t": {f"{label}, {q}": v for (label, q), v in seeds_measure.layer_rows(
                seeds, interval="t").items()},
            "curves": {}, "claims": {c.key: c for c in seeds_measure.claims(seeds)}}
-    for label, q in ((report.NO_SCALING, "after"), (report.FULL, "before"),
-                     (report.FULL, "after")):
+    for label, q in ((measure.NO_SCALING, "after"), (measure.FULL, "before"),
+                     (measure.FULL, "after")):
         steps, values = seeds_measure.curve(seeds, label, q)
         out["curves"][f"{label}, {q}"] = {"step": steps, "per_layer": values}
     # the replication page's intervals over seeds, losses and Table 2's settling test
@@ -108,9 +108,9 @@ def _seeds(seeds: dict) -> dict:
                     "table2_drift": seeds_stats.table2_drift(seeds),
                     "table1_drift": seeds_stats.table1_drift(seeds),
                     "learning_rate": {"ours": seeds["config"]["lm"]["lr"],
-                                      "paper": report.PAPER_LR,
+                                      "paper": measure.PAPER_LR,
                                       "ratio": seeds["config"]["lm"]["lr"]
-                                      / report.PAPER_LR},
+                                      / measure.PAPER_LR},
                     "claims": {c.key: c for c in seeds_stats.stats_claims(seeds, refs)}}
     return out
 
@@ -142,10 +142,10 @@ def reported(stored: dict, stored_bpe: dict, paper_bpe: dict, seeds: dict,
              continuation: dict) -> dict:
     """Every number chapter 2 reports from these stored files (see the module's
     docstring)."""
-    gap = report.gap_summary(stored, stored_bpe, stored_bpe)   # "fast" is the build's run
+    gap = measure.gap_summary(stored, stored_bpe, stored_bpe)   # "fast" is the build's run
     structure = {}
-    for label, q, name, dim in ((report.NO_SCALING, "after", "ln1, no scaling (7-D)", 7),
-                                (report.FULL, "before", "resid_pre, full LN (8-D)", 8)):
+    for label, q, name, dim in ((measure.NO_SCALING, "after", "ln1, no scaling (7-D)", 7),
+                                (measure.FULL, "before", "resid_pre, full LN (8-D)", 8)):
         own = np.asarray(stored["models"][label]["sweep"][q])[:, :, -1].mean()
         structure[name] = {"own": 100 * own,
                            "gaussian": 100 * np.mean(stored["proxy"][str(dim)][-1])}
