@@ -1,13 +1,19 @@
 """Progress bars where a person watches: a terminal, Jupyter or Colab, not a notebook
-run by papermill, the site build or the autograder."""
+run by papermill, the site build or the autograder.
+
+tqdm is imported when a bar is made, not with this module: the modules that run on a lent
+GPU (:mod:`lncourse.evidence.nope.stream_device`) import this one and need only torch and
+numpy there."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from tqdm.std import tqdm
+if TYPE_CHECKING:
+    from tqdm.std import tqdm
 
 
 def someone_watching() -> bool:
@@ -36,5 +42,7 @@ def progress(iterable: Iterable | None = None, total: int | None = None,
 
     Plain text rather than a widget: it renders everywhere, including Colab.
     """
+    from tqdm.std import tqdm
+
     return tqdm(iterable, total=total, desc=desc, disable=disable or not someone_watching(),
                 mininterval=0.5, dynamic_ncols=True, **kwargs)

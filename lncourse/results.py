@@ -174,7 +174,6 @@ RENAMED = {
     "lncourse.selectability.claims": "lncourse.evidence.selectability.claims",
     "lncourse.selectability.ledger": "lncourse.evidence.selectability.ledger",
     "lncourse.selectability.report": "lncourse.evidence.selectability.measure",
-    "lncourse.evidence.selectability.report": "lncourse.evidence.selectability.measure",
     "lncourse.selectability.seeds": "lncourse.evidence.selectability.seeds",
     "lncourse.selectability.seeds_continue": "lncourse.evidence.selectability.seeds_continue",
     "lncourse.selectability.seeds_measure": "lncourse.evidence.selectability.seeds_measure",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -237,3 +238,39 @@ def test_tf32_is_on_in_training_only(monkeypatch):
     dev.train_fast(dev.PHASES["tiny_paper"](), 0, True, probe_tf32=True)
     assert {v for k, v in seen if k == "train"} == {True}
     assert {v for k, v in seen if k == "eval"} == {False} and flag.allow_tf32 is False
+
+
+# What a lent machine's Python has: the standard library, torch with what it imports,
+# numpy, and the course's tree (the device copies the working tree).
+DEVICE_MODULES = {"torch", "torchgen", "numpy", "lncourse", "typing_extensions", "sympy",
+                  "mpmath", "networkx", "jinja2", "markupsafe", "filelock", "fsspec",
+                  "setuptools", "pkg_resources", "_distutils_hack", "nvidia", "triton"}
+_BLOCKED_IMPORT = """
+import importlib.abc, sys
+ALLOWED = set(sys.argv[1].split(","))
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        top = name.split(".")[0]
+        if top in ALLOWED or top in sys.stdlib_module_names or top.startswith("_"):
+            return None
+        raise ModuleNotFoundError(f"not on a lent machine: {name}", name=name)
+sys.meta_path.insert(0, Block())
+__import__(sys.argv[2])
+"""
+
+
+def _imports_on_a_lent_machine(module: str, allowed=DEVICE_MODULES):
+    return subprocess.run([sys.executable, "-c", _BLOCKED_IMPORT, ",".join(sorted(allowed)),
+                           module], capture_output=True, text=True, timeout=300)
+
+
+def test_device_module_imports_with_torch_and_numpy_alone():
+    """The module's docstring promises a lent machine needs torch and numpy only: it
+    imports with every other package blocked (tqdm among them, which lncourse.progress
+    imports only when a bar is made); the check fails where one more is needed."""
+    done = _imports_on_a_lent_machine("lncourse.evidence.nope.stream_device")
+    assert done.returncode == 0, done.stderr[-2000:]
+    # the check bites: the same import without numpy among the allowed fails
+    done = _imports_on_a_lent_machine("lncourse.evidence.nope.stream_device",
+                                      DEVICE_MODULES - {"numpy"})
+    assert done.returncode != 0 and "not on a lent machine: numpy" in done.stderr
