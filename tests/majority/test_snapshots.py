@@ -116,6 +116,50 @@ def test_an_interrupted_run_keeps_its_snapshots(tmp_path, run):
         assert resumed["test_acc"] == history["test_acc"], saved
 
 
+class _Stop(Exception):
+    pass
+
+
+def _stop_at(n):
+    def on_step(step):
+        if step == n:
+            raise _Stop
+    return on_step
+
+
+def test_a_recorder_reused_for_a_resumed_run_starts_where_it_resumes(tmp_path, run):
+    """A run is known by its history: a recorder that saw a shorter run first (its last
+    step 4, before the resumed run's 12) still takes the resumed run's first call for
+    where training starts, and stores the uninterrupted run's snapshots. Counting steps
+    instead took step 12 for an evaluation and stored the other run's weights there."""
+    _, history, thresholds = run
+    path = tmp_path / "run.ckpt"
+    other = dataclasses.replace(SMALL, steps=4, seeds=(5, 6))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(S, "THRESHOLDS", thresholds)
+        mp.setattr(S, "REPORTED_STEPS", (8,))
+        with pytest.raises(_Stop):
+            RUNS.record(SMALL, checkpoint_path=path, show_progress=False,
+                        _on_step=_stop_at(13))
+        recorder = S.SnapshotRecorder()
+        T.train(other, show_progress=False, on_evaluation=recorder)
+        resumed = T.train(SMALL, checkpoint_path=path, show_progress=False,
+                          on_evaluation=recorder)
+    assert resumed["step"] == history["step"]
+    assert resumed["snapshots"] == history["snapshots"]
+
+
+def test_a_checkpoint_written_without_snapshots_is_refused(tmp_path):
+    """A run the plain trainer began and checkpointed has no snapshots before its resume
+    point: recording it from there would store a run missing its earlier snapshots, so
+    the recorder stops with a clear error."""
+    path = tmp_path / "plain.ckpt"
+    with pytest.raises(_Stop):
+        T.train(SMALL, checkpoint_path=path, show_progress=False, _on_step=_stop_at(13))
+    with pytest.raises(ValueError, match="written without snapshots"):
+        RUNS.record(SMALL, checkpoint_path=path, show_progress=False)
+
+
 def test_data_seed_presets_are_the_paper_settings_on_other_data():
     paper = MajorityConfig.paper()
     for k in (1, 2):

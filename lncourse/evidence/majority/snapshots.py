@@ -67,16 +67,27 @@ class SnapshotRecorder:
     Called first at the evaluation training starts from (step 0, or a resumed run's last
     saved one, whose weights it must remember: the evaluation before a crossing), then
     after each evaluation is in ``history``, where it adds that evaluation's snapshots.
-    ``params`` are the trainer's live (M, ...) tensors; they are only read. A call at a
-    step not after the last one seen starts afresh (the recorder reused for a new run)."""
+    ``params`` are the trainer's live (M, ...) tensors; they are only read. A run is
+    known by its history: the first call with a history the recorder has not seen is
+    where that run's training starts, so a recorder reused for a new run starts afresh
+    wherever the new run resumes. A resumed run must have recorded from its start: a
+    history past step 0 without ``snapshots`` (a checkpoint the plain trainer wrote)
+    is refused, since its earlier snapshots are lost."""
 
     def __init__(self):
+        self.history: dict | None = None
         self.last_step: int | None = None
         self.prev: dict[str, Tensor] = {}
 
     def __call__(self, step: int, params: dict[str, Tensor], history: dict) -> None:
-        if self.last_step is None or step <= self.last_step:   # where training starts
+        if history is not self.history:                  # where this run's training starts
+            if step > 0 and "snapshots" not in history:
+                raise ValueError(
+                    f"this run resumes at step {step} from a checkpoint written without "
+                    "snapshots (by train() without this recorder): the snapshots before "
+                    "it are lost; start the run afresh, without the checkpoint")
             history.setdefault("snapshots", {})
+            self.history = history
         else:
             self._at_evaluation(step, params, history)
         self.last_step = step
