@@ -33,8 +33,8 @@ def imports(path: Path, source: str | None = None) -> set[str]:
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(source if source is not None
-                                        else path.read_text(encoding="utf-8"))):
+    tree = ast.parse(source if source is not None else path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("lncourse"))
         elif isinstance(node, ast.ImportFrom):
@@ -47,7 +47,34 @@ def imports(path: Path, source: str | None = None) -> set[str]:
                 continue
             for a in node.names:          # `from . import x` may name a module
                 found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in NAMES else base)
+    found |= named_imports(tree)
     return {m for m in found if m in NAMES and m != name}
+
+
+DYNAMIC = ("import_module", "__import__", "run_module", "find_spec")
+
+
+def known_module(dotted: str) -> str | None:
+    """The longest lncourse module that ``dotted`` names or lies inside, or None."""
+    parts = dotted.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in NAMES:
+            return ".".join(parts[:n])
+    return None
+
+
+def named_imports(tree: ast.AST) -> set[str]:
+    """The lncourse modules a module imports by name at run time: a string constant
+    passed to importlib.import_module, __import__, runpy.run_module or find_spec."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(
+                node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in DYNAMIC and (m := known_module(node.args[0].value)):
+                found.add(m)
+    return found
 
 
 
@@ -362,20 +389,31 @@ def test_the_private_name_check_bites(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- the two layers (issue 59)
 BOOK = PACKAGE.parent / "book"
-LESSONS = ("01_layernorm_geometry", "02_unselectable_keys", "03_majority", "04_nope",
-           "05_norms")
-CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.S | re.M)
+# every chapter's lesson: book/0N_<name>.md, its replication page apart
+LESSONS = tuple(sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.md")
+                       if not p.stem.endswith("_replication")))
+# a code cell's fence is three backticks or more (MyST closes it with the same run)
+CODE_CELL = re.compile(r"^(`{3,})\{code-cell\}[^\n]*\n(.*?)^\1", re.S | re.M)
+MAGIC_MODULE = re.compile(r"\blncourse(?:\.\w+)+")
+
+
 def page_imports(text: str) -> set[str]:
-    """The lncourse modules a page's code cells import (lines of IPython magic skipped)."""
+    """The lncourse modules a page's code cells import: import statements, names passed
+    to importlib and runpy, and modules a line of IPython magic runs (``!python -m``,
+    ``%run -m``)."""
     found = set()
-    for body in CODE_CELL.findall(text):
+    for _, body in CODE_CELL.findall(text):
         lines = body.splitlines()
         if lines and lines[0].strip() == "---":          # cell options as a YAML block
             lines = lines[lines.index("---", 1) + 1:]
         while lines and lines[0].startswith(":"):        # cell options as :key: lines
             lines = lines[1:]
-        code = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
-        for node in ast.walk(ast.parse(code)):
+        magic = [line for line in lines if line.lstrip().startswith(("%", "!"))]
+        found |= {known_module(m) or m for line in magic for m in MAGIC_MODULE.findall(line)}
+        code = "\n".join(line for line in lines if line not in magic)
+        tree = ast.parse(code)
+        found |= named_imports(tree)
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 found.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module:
@@ -406,6 +444,29 @@ def test_the_lesson_layer_check_reads_every_form_of_import():
         assert evidence_imports(cell.replace("{}", line)), line
     assert not evidence_imports(cell.replace("{}", "from lncourse.nope import lemmas"))
     assert evidence_imports("```{code-cell}\nfrom lncourse.evidence.nope import ledger\n```\n")
+    # imports by name at run time, a module magic runs, a four-backtick fence
+    for line in ('importlib.import_module("lncourse.evidence.nope.ledger")',
+                 'L = __import__("lncourse.evidence.nope.ledger")',
+                 '!python -m lncourse.evidence.nope.ledger',
+                 '%run -m lncourse.evidence.majority.runs --preset quick'):
+        assert evidence_imports(cell.replace("{}", line)), line
+    assert evidence_imports("````{code-cell}\nfrom lncourse.evidence import claims\n````\n")
+    assert not evidence_imports(cell.replace("{}", '!python -m lncourse.checks.key.store'))
+    assert {"01_layernorm_geometry", "05_norms"} <= set(LESSONS) and not any(
+        lesson.endswith("_replication") for lesson in LESSONS)
+
+
+def test_the_module_layer_check_reads_imports_by_name():
+    """A course module that loads the evidence through importlib, __import__ or runpy
+    crosses the layers as an import statement does."""
+    for line in ('importlib.import_module("lncourse.evidence.nope.ledger")',
+                 'def f():\n    return __import__("lncourse.evidence.claims")',
+                 'runpy.run_module("lncourse.evidence.majority.runs")'):
+        deps = imports(PACKAGE / "nope" / "figures.py", "import importlib, runpy\n" + line)
+        assert layout_problems({"lncourse.nope.figures": deps}), line
+    # a docstring that names an evidence module imports nothing
+    assert not imports(PACKAGE / "nope" / "figures.py",
+                       '"""See lncourse.evidence.nope.ledger."""\n')
 
 
 def import_cells(text: str) -> tuple[set[str], set[str]]:
