@@ -4,10 +4,12 @@
     python scripts/compare_ledgers.py fa87e41 HEAD --by-commit
     python scripts/compare_ledgers.py fa87e41 HEAD --rtol 1e-6
 
-A ledger is ``results/<folder>/*reported.json``; its ``numbers`` are compared entry by
-entry, exactly, or for floats within a relative tolerance (``--rtol``: a value
-recomputed on other threads or kernels differs in its last digits, and is counted apart,
-as "within rtol"). ``--by-commit`` walks the first-parent commits between the two that
+A ledger is ``results/<folder>/reported.json`` or ``<name>_reported.json``; its
+``numbers`` are compared entry by entry, exactly and with their types (``true`` is not
+``1``, nor ``3`` ``3.0``), or for two floats within a relative tolerance (``--rtol``: a
+value recomputed on other threads or kernels differs in its last digits, and is counted
+apart, as "within rtol"). Added entries are listed with their values, beside the removed
+ones, so that a renamed entry shows on both sides. ``--by-commit`` walks the first-parent commits between the two that
 touch a ledger and compares each with its parent, so that every change is laid at the
 commit (and its message) that made it: a move of code that changes no number shows as
 nothing changed or removed. Exit status 1 if any entry was removed or changed beyond the
@@ -18,11 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+LEDGER = re.compile(r"^results/[^/]+/(?:\w+_)?reported\.json$")
 
 
 def _git(*args: str) -> str:
@@ -33,14 +37,19 @@ def _git(*args: str) -> str:
 def ledgers(commit: str) -> dict[str, dict]:
     out = {}
     for name in _git("ls-tree", "-r", "--name-only", commit, "results").split():
-        if name.endswith("reported.json"):
+        if LEDGER.match(name):
             out[name] = json.loads(_git("show", f"{commit}:{name}"))["numbers"]
     return out
 
 
+def same(a, b) -> bool:
+    """Equal and of the same type (JSON's true, 1 and 1.0 are three values)."""
+    return type(a) is type(b) and a == b
+
+
 def close(a, b, rtol: float) -> bool:
     """Equal, or two finite floats within ``rtol`` of each other (relative to the larger)."""
-    if a == b:
+    if same(a, b):
         return True
     if rtol and all(isinstance(v, float) and math.isfinite(v) for v in (a, b)):
         return abs(a - b) <= rtol * max(abs(a), abs(b))
@@ -54,11 +63,11 @@ def compare(before: dict, after: dict, rtol: float = 0.0, out=print) -> int:
         a, b = before.get(name, {}), after.get(name, {})
         added = sorted(set(b) - set(a))
         removed = sorted(set(a) - set(b))
-        differ = sorted(k for k in set(a) & set(b) if a[k] != b[k])
+        differ = sorted(k for k in set(a) & set(b) if not same(a[k], b[k]))
         near = [k for k in differ if close(a[k], b[k], rtol)]
         changed = [k for k in differ if k not in near]
         bad += len(removed) + len(changed)
-        if a == b:
+        if not (added or removed or differ):
             continue
         extra = f", {len(near)} within rtol {rtol:g}" if rtol else ""
         out(f"{name}: {len(a)} -> {len(b)} entries; {len(added)} added, "
@@ -66,7 +75,9 @@ def compare(before: dict, after: dict, rtol: float = 0.0, out=print) -> int:
         for k in changed:
             out(f"  changed {k}: {a[k]!r} -> {b[k]!r}")
         for k in removed:
-            out(f"  removed {k}")
+            out(f"  removed {k}: {a[k]!r}")
+        for k in added:
+            out(f"  added {k}: {b[k]!r}")
     return bad
 
 

@@ -24,3 +24,26 @@ def test_a_relative_tolerance_forgives_last_digits_of_floats_only():
     after = {"l": {"a": 1.0 + 1e-12, "b": 2.5}}
     assert compare(before, after, rtol=1e-9, out=[].append) == 1
     assert compare(before, after, rtol=0.0, out=[].append) == 2
+
+
+def test_types_count_and_added_entries_are_named():
+    """true is not 1 and 3 is not 3.0 (a claim's verdict turned into a count, a count
+    into a float), and the entries added are listed, so that a renamed key shows on
+    both sides."""
+    before = {"l": {"holds": True, "n": 3, "old name": 0.5}}
+    after = {"l": {"holds": 1, "n": 3.0, "new name": 0.5}}
+    lines = []
+    assert compare(before, after, rtol=1e-6, out=lines.append) == 3
+    assert "  changed holds: True -> 1" in lines and "  changed n: 3 -> 3.0" in lines
+    assert "  removed old name: 0.5" in lines and "  added new name: 0.5" in lines
+    assert compare(before, before, out=[].append) == 0
+
+
+def test_every_ledger_file_and_nothing_else_is_read():
+    from compare_ledgers import LEDGER
+
+    for name in ("results/norms/reported.json", "results/norms/periln_reported.json"):
+        assert LEDGER.match(name), name
+    for name in ("results/norms/unreported.json", "results/reported.json",
+                 "results/norms/sub/reported.json"):
+        assert not LEDGER.match(name), name
