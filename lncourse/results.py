@@ -239,9 +239,11 @@ RENAMED = {
 
 
 def today_command(command: str) -> str:
-    """``command`` with any module that has moved since it ran named as it is today."""
+    """``command`` with its module (the word after ``-m``), if it has moved since it ran,
+    named as it is today; its arguments are left as they are."""
     words = command.split()
-    return " ".join(RENAMED.get(w, w) for w in words)
+    return " ".join(RENAMED.get(w, w) if i and words[i - 1] == "-m" else w
+                    for i, w in enumerate(words))
 
 
 def _what_runs(command: str) -> list[str]:

@@ -162,6 +162,9 @@ def test_a_run_started_before_the_move_resumes_under_the_new_name(tmp_path):
     assert R.today_command("python -m lncourse.nope_stream --preset paper") == \
         R.today_command("python -m lncourse.evidence.nope.stream --preset paper") == \
         "python -m lncourse.evidence.nope.stream_run --preset paper"
+    # only the module run is renamed: an argument that spells an old name stays
+    assert R.today_command("python -m lncourse.nope_probe --out lncourse.nope_probe") == \
+        "python -m lncourse.evidence.nope.probe --out lncourse.nope_probe"
     assert all(new.startswith("lncourse.") and R.RENAMED.get(new) is None
                for new in R.RENAMED.values())           # every new name is final
 
