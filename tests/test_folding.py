@@ -101,9 +101,10 @@ def test_divide_by_std_validates_eps_and_warns_on_nearly_constant_rows():
         divide_by_std(nearly_constant, eps=1e-5)     # eps bounds the result
 
 
-def test_folded_attention_scores_equal_the_original():
+@pytest.mark.parametrize("eps", [1e-5, 1.0])   # 1.0: the division by sigma keeps eps
+def test_folded_attention_scores_equal_the_original(eps):
     d, H, T = 16, 4, 6
-    ln, W_Q, W_K = _random_ln(d), torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+    ln, W_Q, W_K = _random_ln(d, eps), torch.nn.Linear(d, d), torch.nn.Linear(d, d)
     x = torch.randn(2, T, d) * 2 + 1
     key_mask = torch.tensor([[True] * T, [True] * 4 + [False] * 2])
     with torch.no_grad():

@@ -71,3 +71,39 @@ def test_variance_errors_refuse_bad_input(bad, match):
 def test_epsilon_errors_refuse_bad_input(bad, match):
     with pytest.raises(ValueError, match=match):
         epsilon_errors(**bad)
+
+
+def test_variance_errors_are_the_median_over_vectors_of_the_rounded_inputs_error():
+    """One entry recomputed step by step as the docstring says: vectors of mean 0 and
+    spread 1 exactly, shifted and rounded, each formula in the dtype against the exact
+    variance of the rounded vector, and the median over vectors; here their mean and
+    largest lie far from the median, so a mean or a max in its place fails."""
+    from lncourse.geometry.numerics import variance_errors, variance_two_pass
+
+    n, d, mean, seed = 64, 16, 100.0, 3
+    base = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    base = (base - base.mean(-1, keepdim=True)) / base.std(-1, unbiased=False, keepdim=True)
+    z = (base + mean).to(torch.bfloat16)
+    exact = ((z.double() - z.double().mean(-1, keepdim=True)) ** 2).mean(-1)
+    rel = ((variance_two_pass(z).double() - exact).abs() / exact).numpy()
+    _, errors = variance_errors(seed, means=(mean,), shape=(n, d), dtypes=(torch.bfloat16,))
+    got = errors["two-pass, bfloat16"][0]
+    assert got == pytest.approx(float(np.median(rel)), rel=1e-12)
+    assert not np.isclose(got, rel.mean(), rtol=0.1) and not np.isclose(got, rel.max(), rtol=0.1)
+
+
+def test_epsilon_errors_use_the_eps_they_are_given():
+    """With eps = 0.01 on vectors of spread 0.1 (variance 0.01, as large as eps), each
+    slip's error is recomputed from the formulas: a reference left at PyTorch's default
+    eps, or a slip that ignores the eps passed, fails."""
+    d, spread, rows, eps, seed = 64, 0.1, 32, 1e-2, 5
+    z = torch.randn(rows, d, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(seed)) * spread
+    centred = z - z.mean(-1, keepdim=True)
+    var = (centred ** 2).mean(-1, keepdim=True)
+    ref = centred / torch.sqrt(var + eps)
+    outside = centred / (torch.sqrt(var) + eps)
+    unbiased = centred / torch.sqrt(var * d / (d - 1) + eps)
+    want = (float((outside - ref).abs().max()), float((unbiased - ref).abs().max()))
+    got = epsilon_errors(seed, cases=((d, spread),), rows=rows, eps=eps)[(d, spread)]
+    assert got == pytest.approx(want, rel=1e-9)
