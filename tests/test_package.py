@@ -469,27 +469,58 @@ def test_the_module_layer_check_reads_imports_by_name():
                        '"""See lncourse.evidence.nope.ledger."""\n')
 
 
+HIDING_TAGS = {"remove-cell", "remove-input", "hide-input", "hide-cell"}
+
+
+def cell_tags_and_code(body: str) -> tuple[set[str], str]:
+    """A code cell's tags (from a ``:tags: [...]`` line or a YAML block of options) and
+    its code."""
+    lines = body.splitlines()
+    options = []
+    if lines and lines[0].strip() == "---":               # options as a YAML block
+        end = lines.index("---", 1)
+        options, lines = lines[1:end], lines[end + 1:]
+    while lines and lines[0].startswith(":"):             # options as :key: lines
+        options.append(lines[0])
+        lines = lines[1:]
+    tags = set()
+    for option in options:
+        m = re.match(r"\s*:?tags:?\s*\[([^\]]*)\]", option)
+        if m:
+            tags |= {t.strip().strip("'\"") for t in m.group(1).split(",") if t.strip()}
+    return tags, "\n".join(lines)
+
+
+def lncourse_names(tree: ast.AST) -> set[str]:
+    """What code imports from lncourse: ``module.name`` of a from-import, the module of a
+    plain import."""
+    names = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("lncourse"):
+            names |= {f"{n.module}.{a.name}" for a in n.names}
+        elif isinstance(n, ast.Import):
+            names |= {a.name for a in n.names if a.name.startswith("lncourse")}
+    return names
+
+
 def import_cells(text: str) -> tuple[set[str], set[str]]:
-    """The names a lesson's hidden setup cell imports from lncourse, and those of its first
-    visible cell made only of lncourse imports (the lesson's tools, shown)."""
-    hidden = shown = None
-    for match in re.finditer(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M):
-        body = match.group(1)
-        tags = re.match(r"(?::tags: \[([^\]]*)\]\n)?", body).group(1) or ""
-        code = re.sub(r"^:tags:[^\n]*\n", "", body)
-        if code.startswith("---"):
-            continue                          # a figure's cell (options as YAML)
+    """What a lesson imports from lncourse in cells whose code the reader does not see
+    (removed or hidden input, options as a :tags: line or as YAML), and what its first
+    visible cell made only of lncourse imports imports (the lesson's tools, shown)."""
+    hidden, shown = set(), None
+    for _, body in CODE_CELL.findall(text):
+        tags, code = cell_tags_and_code(body)
+        code = "\n".join(line for line in code.splitlines()
+                         if not line.lstrip().startswith(("%", "!")))
         tree = ast.parse(code)
-        names = {f"{n.module}.{a.name}" for n in ast.walk(tree)
-                 if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("lncourse")
-                 for a in n.names}
-        if hidden is None and "remove-cell" in tags and names:
-            hidden = names
-        elif shown is None and not tags and tree.body and all(
-                isinstance(n, ast.ImportFrom) and n.module.startswith("lncourse")
-                for n in tree.body):
+        names = lncourse_names(tree)
+        if tags & HIDING_TAGS:
+            hidden |= names
+        elif shown is None and tree.body and all(lncourse_names(n) and isinstance(
+                n, (ast.Import, ast.ImportFrom)) and not (isinstance(n, ast.Import) and len(
+                lncourse_names(n)) < len(n.names)) for n in tree.body):
             shown = names
-    return hidden or set(), shown or set()
+    return hidden, shown or set()
 
 
 @pytest.mark.parametrize("lesson", LESSONS)
@@ -508,3 +539,14 @@ def test_the_tools_check_sees_a_missing_name():
     hidden, shown = import_cells(page)
     assert hidden == {"lncourse.nope.lemmas", "lncourse.nope.variance"}
     assert shown == {"lncourse.nope.lemmas"} and not hidden <= shown
+    # every hidden cell counts, not only the first; options as YAML; removed input;
+    # a plain import
+    page += ("```{code-cell} ipython3\n---\ntags: [remove-cell]\n---\n"
+             "from lncourse.nope import figures\n```\n"
+             "```{code-cell} ipython3\n:tags: [remove-input]\nimport lncourse.results\n```\n"
+             "```{code-cell} ipython3\n:tags: [hide-input]\nx = 1\n```\n")
+    hidden, _ = import_cells(page)
+    assert hidden == {"lncourse.nope.lemmas", "lncourse.nope.variance",
+                      "lncourse.nope.figures", "lncourse.results"}
+    assert cell_tags_and_code("---\ntags: [remove-input, full-width]\n---\nx = 1") == (
+        {"remove-input", "full-width"}, "x = 1")
