@@ -105,6 +105,22 @@ CHAPTER3 = ("paper_snapshots", "grid_b500", "grid_b6000", "three_d")
     ("step_1000_above_paper", ("layernorm", "no_projection_released"), -0.04),
     # had our curves been 0.1 above the paper's at every reference step
     ("reproduces_paper", ("layernorm", "no_projection_released"), +0.1),
+    # had the released scale learned as fast as the paper's (both of its variants)
+    ("scale_drives_speed", ("layernorm_released_scale", "no_projection_released"), +0.13),
+    # had the projection sped learning up at √d alone: the no-projection model trails
+    ("projection_at_each_scale", ("no_projection",), -0.1),
+    # had it sped learning up at 1/√d alone: the released variant trails
+    ("projection_at_each_scale", ("no_projection_released",), -0.1),
+    # had the projection cost half the scale's effect: a cost, but not a negligible one
+    ("negligible_margin", ("no_projection", "no_projection_released"), +0.05),
+    # had the projection cost nothing: within the margin, but no cost to call small
+    ("negligible_margin", ("no_projection", "no_projection_released"), -0.012),
+    # had x/σ(x−μ) learned 0.05 slower than √d·x/‖x‖
+    ("other_reading_same", ("no_projection_sigma",), -0.05),
+    # had a learned gain closed the whole gap to LayerNorm
+    ("interventions_partial", ("no_projection_released_gain",), +0.06),
+    # had W_V × 8 at initialisation gained nothing
+    ("interventions_partial", ("no_projection_released_value_scaled",), -0.05),
 ])
 def test_chapter3_conclusions_fail_on_contrary_evidence(key, variants, shift, monkeypatch):
     """The claims are computed, not asserted: shift some variants' accuracy curves and the

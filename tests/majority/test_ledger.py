@@ -9,7 +9,11 @@ What each test guards:
   90%; every table cell; the effects and their intervals; the grid; the 3-d table; each
   claim's text). An edit of a stored curve that any of them depends on, or of the
   ledger, fails it.
-- test_chapter3_conclusions_hold_for_the_stored_runs: each claim holds.
+- test_chapter3_conclusions_hold_for_the_stored_runs: each claim holds; the tests named
+  ..._fails_on_contrary_... (and tests/test_stored_results.py's, for the claims that
+  rest on the paper run's accuracy curves) edit the run or table a claim reads into a
+  contrary world and require the claim to fail there: the grid runs, the query angles,
+  the uniformity table (the ledger's), the 3-d run, the runs on other data.
 - test_stored_snapshots_give_the_stored_accuracies (CI: the first model of each variant)
   and test_every_stored_snapshot_gives_the_stored_accuracies (slow: every model): the
   models behind the curve. Their stored parameters, evaluated again, give each reported
@@ -260,3 +264,133 @@ def test_three_d_gap_has_a_paired_interval_and_fails_on_contrary_runs(runs, monk
     three_d["test_acc"] = acc.tolist()
     after = next(c for c in MC.claims(runs["paper"], runs["grids"], three_d) if c.key == "three_d")
     assert after.holds is False and after.values["difference"][0] > 0
+
+
+def _grid_shift(variants, shift):
+    """An edit of a grid run: its models of ``variants`` ``shift`` higher at every
+    evaluation after step 0 (clipped to [0, 1])."""
+    def edit(run):
+        acc = np.asarray(run["test_acc"])
+        cols = [m for m, v in enumerate(run["variant"]) if v in variants]
+        acc[1:, cols] = np.clip(acc[1:, cols] + shift, 0.0, 1.0)
+        run["test_acc"] = acc.tolist()
+    return edit
+
+
+def _floor_from(variants, step, floor):
+    """An edit of the paper run: its models of ``variants`` at least ``floor`` accurate
+    from ``step`` on (the rest of each curve kept)."""
+    def edit(run):
+        acc, steps = np.asarray(run["test_acc"]), np.asarray(run["step"])
+        cols = [m for m, v in enumerate(run["variant"]) if v in variants]
+        cells = np.ix_(steps >= step, cols)
+        acc[cells] = np.maximum(acc[cells], floor)
+        run["test_acc"] = acc.tolist()
+    return edit
+
+
+def _last_angles(variant, to):
+    """An edit of the paper run: ``variant``'s query angles at the last step set to
+    ``to(angles, variants, columns)``, from the run's angles (steps x models), its
+    models' variants and ``variant``'s columns."""
+    def edit(run):
+        angles = np.asarray(run["query_angle"])
+        cols = [m for m, v in enumerate(run["variant"]) if v == variant]
+        angles[-1, cols] = to(angles, run["variant"], cols)
+        run["query_angle"] = angles.tolist()
+    return edit
+
+
+def _layernorm_end(angles, variants, _):
+    return angles[-1, [m for m, v in enumerate(variants) if v == "layernorm"]].mean()
+
+
+# key, what is edited ("grid500", "grid6000", "paper"), the edit
+CONTRARY_RUNS = {
+    # had the released scale crossed 80% as soon as the paper's (by step 1,100), though
+    # below it on average over steps 0-5,000
+    "scale_steps_to_80": ("scale_drives_speed", "paper", _floor_from(
+        ("layernorm_released_scale", "no_projection_released"), 1100, 0.8)),
+    # had the released scale reached 90% as soon as the paper's at batch 500
+    "grid_b500_scale": ("grid_b500", "grid500", _grid_shift(
+        ("layernorm_released_scale", "no_projection_released"), +0.3)),
+    # had the projection reached 90% significantly sooner at batch 500
+    "grid_b500_projection": ("grid_b500", "grid500", _grid_shift(
+        ("layernorm", "layernorm_released_scale"), +0.3)),
+    # had the released scale reached 90% as soon as the paper's at batch 6000
+    "grid_b6000_scale": ("grid_b6000", "grid6000", _grid_shift(
+        ("layernorm_released_scale", "no_projection_released"), +0.3)),
+    # had the projection reached 90% significantly sooner at batch 6000
+    "grid_b6000_projection": ("grid_b6000", "grid6000", _grid_shift(
+        ("layernorm", "layernorm_released_scale"), +0.3)),
+    # had LayerNorm's queries turned only part of the way: to 0.6 of their start
+    "queries_layernorm_partway": ("queries_align_with_layernorm", "paper", _last_angles(
+        "layernorm", lambda angles, _, cols: 0.6 * angles[0, cols])),
+    # had the paper's no-projection queries turned towards 1 as LayerNorm's do
+    "queries_others_turn": ("queries_align_with_layernorm", "paper", _last_angles(
+        "no_projection", _layernorm_end)),
+}
+
+
+@pytest.mark.parametrize("case", CONTRARY_RUNS)
+def test_grid_and_query_claims_fail_on_contrary_runs(runs, monkeypatch, case):
+    """The sensitivity grid's claims (one per batch size), the queries' claim and the
+    scale's effect on the steps to 80% hold for the stored runs and stop holding when the
+    run they read is edited into a contrary world (the uniformity claim, slow and not
+    read here, is stubbed)."""
+    from lncourse.evidence.majority import claims as MC
+
+    monkeypatch.setattr(MC, "_uniformity_claim",
+                        lambda paper, stats=None: MC.Claim("uniformity", "", True))
+    key, target, edit = CONTRARY_RUNS[case]
+    paper, grids = runs["paper"], dict(runs["grids"])
+
+    def holds():
+        return next(c.holds for c in MC.claims(paper, grids, runs["three_d"])
+                    if c.key == key)
+
+    assert holds() is True
+    if target == "paper":
+        paper = {**paper, **copy.deepcopy({k: paper[k]
+                                           for k in ("test_acc", "query_angle")})}
+        edit(paper)
+    else:
+        batch = int(target.removeprefix("grid"))
+        grids[batch] = {**grids[batch], "test_acc": copy.deepcopy(grids[batch]["test_acc"])}
+        edit(grids[batch])
+    assert holds() is False
+
+
+def _stored_uniformity():
+    """The uniformity table of chapter 3's ledger: variant -> (tv start, score std
+    start, tv end, score std end), as :func:`uniformity_stats` gives it."""
+    cols = ("tv_start", "score_std_start", "tv_end", "score_std_end")
+    numbers = C.load_ledger(LEDGER)
+    variants = dict.fromkeys(k.split("/")[2] for k in numbers
+                             if k.startswith("paper/uniformity/"))
+    return {v: np.array([numbers[f"paper/uniformity/{v}/{c}"] for c in cols])
+            for v in variants}
+
+
+@pytest.mark.parametrize("variant, column, value", [
+    # had the paper's no-projection model ended as far from uniform as it started
+    ("no_projection", 2, 0.15),
+    # had LayerNorm started almost uniform, as the released scale does
+    ("layernorm", 0, 0.005),
+    # had the released variant started as far from uniform as the paper's scale
+    ("no_projection_released", 0, 0.15),
+    # had LayerNorm at the released scale stayed uniform as it learned
+    ("layernorm_released_scale", 2, 0.005),
+])
+def test_uniformity_claim_fails_on_contrary_stats(runs, variant, column, value):
+    """The uniformity claim holds for the stored table (the ledger's, which the ledger
+    test recomputes from the stored runs) and fails when one variant's distance from
+    uniform attention, at the start or the end, contradicts it."""
+    from lncourse.evidence.majority import claims as MC
+
+    stats = _stored_uniformity()
+    assert set(stats) == set(runs["paper"]["variant"])
+    assert MC._uniformity_claim(runs["paper"], stats).holds is True
+    stats[variant] = stats[variant].copy()
+    stats[variant][column] = value
+    assert MC._uniformity_claim(runs["paper"], stats).holds is False
