@@ -148,6 +148,14 @@ def test_each_tokenisation_claim_fails_on_contrary_numbers(runs):
         for ctx in layer:
             ctx[-1] = 0.55                      # far above every seed
     assert verdicts(r)["bpe_t1_within_seeds"] is False
+    r = copy.deepcopy(runs)                     # BPE's Table 1 count that of characters
+    r["paper_bpe"]["models"][NO_SCALING]["sweep"]["after"] = copy.deepcopy(
+        r["stored"]["models"][NO_SCALING]["sweep"]["after"])
+    assert verdicts(r)["bpe_nearer_gaussian"] is False
+    r = copy.deepcopy(runs)
+    for row in r["paper_bpe"]["proxy"]["8"][-1:]:
+        row[:] = [0.25] * len(row)              # 8-D Gaussian points below both runs
+    assert verdicts(r)["bpe_nearer_gaussian"] is False
 
 
 def test_the_bpe_pair_is_judged_against_a_fair_bigram(runs):
