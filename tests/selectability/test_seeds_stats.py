@@ -271,3 +271,27 @@ def test_the_step_50000_claims_read_the_export_and_fail_on_a_moved_count():
     assert not got["table1_34000_to_50000"].holds
     assert "+10.0 points" in got["table1_34000_to_50000"].text
 
+
+def _paper_outside(cont, world):
+    cont = copy.deepcopy(cont)
+    after = np.asarray(cont["fractions"]["50000"]["after"])
+    if world == "30 points higher":             # every step-50,000 cell 30 points up
+        after = after + 0.30
+    else:                                       # three seeds that agree at seed 0's level
+        after = np.stack([after[0] + m * 0.001 for m in range(len(after))])
+    cont["fractions"]["50000"]["after"] = after.tolist()
+    return cont
+
+
+@pytest.mark.parametrize("world", ["30 points higher", "seeds that agree"])
+def test_table1_50000_claim_fails_when_the_paper_leaves_the_prediction(world):
+    """The stored continuation puts the paper's Table 1 inside one new seed's prediction
+    interval; a step 50,000 whose count lies higher, or whose seeds agree closely enough
+    to narrow the interval past the paper's value, says outside and fails."""
+    cont = load_result("selectability/seeds_table1_50000")
+    got = {c.key: c for c in S.continuation_claims(cont)}["table1_50000"]
+    assert got.holds and "lies inside" in got.text
+    got = {c.key: c for c in S.continuation_claims(_paper_outside(cont, world))}
+    got = got["table1_50000"]
+    assert got.holds is False and "lies outside" in got.text, got.text
+

@@ -270,12 +270,13 @@ def continuation_claims(cont: dict) -> list[Claim]:
     t, p = t_interval(per[last]), prediction_interval(per[last])
     change = t_interval(np.subtract(per[last], per[start]))
     inside = -T1_50K_BAND < change[1] and change[2] < T1_50K_BAND
+    paper_in = bool(p[1] <= paper <= p[2])
     return [
         Claim("table1_50000", f"At step {int(last):,}, Table 1's quantity per seed: "
               + ", ".join(f"{v:.1f}%" for v in per[last]) + f"; mean {_ci(t)} (95% "
               f"Student-t); one new seed would fall in [{p[1]:.1f}, {p[2]:.1f}]; the "
-              f"paper's {paper:.1f}% lies {'inside' if p[1] <= paper <= p[2] else 'outside'}"
-              " that prediction interval.", True,
+              f"paper's {paper:.1f}% lies {'inside' if paper_in else 'outside'}"
+              " that prediction interval.", paper_in,
               {"per_seed": per[last], "t": t, "prediction": p, "paper": paper,
                "prediction_width": p[2] - p[1]}),
         Claim("table1_34000_to_50000", f"From step {int(start):,} to {int(last):,} it "
