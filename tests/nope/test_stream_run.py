@@ -169,6 +169,11 @@ def test_ablation_claims_check_each_hypothesis_at_the_deepest_probe():
     assert got == {"ablation_64_positions": True, "ablation_quarter_sequences": False,
                    "ablation_before_final_ln": True, "ablation_variance_feature": False,
                    "ablation_regression": True, "ablation_base_bfloat16": True}
+    # contrary: regression within noise of the base probe, bfloat16 five positions off
+    abl["runs"] = [run(s, {**shift, "regression": 0.05, "base_bfloat16": 5})
+                   for s in range(3)]
+    got = {c.key: c.holds for c in nope_claims.ablation_claims(abl)}
+    assert got["ablation_regression"] is False and got["ablation_base_bfloat16"] is False
     one = {"config": {"depths": [0, 6, 12]}, "runs": [run(0, shift)]}
     assert all(c.holds is None for c in nope_claims.ablation_claims(one))
 

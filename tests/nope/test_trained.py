@@ -1,5 +1,6 @@
 """The trained NoPE run of chapter 4 (lncourse.evidence.nope.trained): its measurements, and the
-guard that recomputes the stored run's numbers from the stored curves and weights."""
+guard that recomputes the stored run's numbers from the stored curves and weights, and
+each sentence chapter 4 states about the run failing on contrary numbers."""
 
 from __future__ import annotations
 
@@ -133,3 +134,42 @@ def test_stored_run_recomputes(group):
     the last group in the slow run."""
     stored = json.loads(STORED.read_text())
     _check(stored, STORED.parent / stored["weights"], group)
+
+
+def _contrary(stored: dict, key: str) -> None:
+    """Edit ``stored`` in place into a world where the sentence ``key`` is false."""
+    before, after, loss = stored["before"], stored["after"], stored["history"]["test_loss"]
+    m = np.arange(1, len(before["variance"][0][0]) + 1, dtype=np.float64)
+    if key == "trained_init_layer0":       # layer 0's variance flat with position at init
+        before["variance"][0] = [(np.asarray(c) * m ** 0.91).tolist()
+                                 for c in before["variance"][0]]
+    elif key == "trained_no_shrinkage":    # layer 2 after training falls like 1/m
+        after["variance"][2] = [((1.0 + 0.01 * g) / m ** (1 + 0.001 * g)).tolist()
+                                for g in range(len(after["variance"][2]))]
+    elif key == "trained_layer0_rises":    # training leaves layer 0 as it was at init
+        after["variance"][0] = before["variance"][0]
+    elif key == "trained_not_uniform":     # trained attention nearly uniform everywhere
+        after["uniformity"] = [[0.9 + 0.001 * g for g in range(len(u))]
+                               for u in after["uniformity"]]
+    elif key == "trained_learned":         # half a nat learned: short of the 1-nat bar
+        loss[-1] = loss[0] - 0.5
+    elif key == "trained_bigram":          # the final loss well above the bigram table's
+        loss[-1] = trained.bigram_loss() + 0.3
+
+
+TRAINED_KEYS = ["trained_init_layer0", "trained_no_shrinkage", "trained_layer0_rises",
+                "trained_not_uniform", "trained_learned", "trained_bigram"]
+
+
+@pytest.mark.skipif(not STORED.exists(), reason="the paper run is not stored yet")
+@pytest.mark.parametrize("key", TRAINED_KEYS)
+def test_each_trained_sentence_fails_on_contrary_numbers(key):
+    from lncourse.evidence.nope.claims import trained_claims
+
+    def holds(s):
+        return {c.key: c.holds for c in trained_claims(s)}[key]
+
+    stored = json.loads(STORED.read_text())
+    assert holds(stored) is True, key
+    _contrary(stored, key)
+    assert holds(stored) is False, key
