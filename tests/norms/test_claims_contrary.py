@@ -1,0 +1,109 @@
+"""Each claim of lncourse.evidence.norms.claims on contrary numbers: one plausible edit
+of the stored input (a deepcopy; a comment says which world it stands for) must turn
+the claim it targets False, where the stored input makes it hold."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from lncourse.evidence.norms import claims as C
+from lncourse.norms.hidden import chance_abs_cos
+from lncourse.results import load_result
+
+
+def _verdict(verdicts: dict[str, bool], words: str) -> bool:
+    """The verdict of the one claim whose sentence contains ``words``."""
+    keys = [k for k in verdicts if words in k]
+    assert len(keys) == 1, (words, keys)
+    return verdicts[keys[0]]
+
+
+def _ids(cases) -> list[str]:
+    """ASCII test ids from the cases' words."""
+    return ["-".join("".join(c for c in w if c.isascii() and c.isalnum() or c == " ")
+                     .split()) for w, _ in cases]
+
+
+def _check(compute, stored: dict, words: str, edit) -> None:
+    assert _verdict(compute(stored), words), f"holds on the stored numbers: {words}"
+    edited = copy.deepcopy(stored)
+    edit(edited)
+    assert not _verdict(compute(edited), words), f"fails on contrary numbers: {words}"
+
+
+@pytest.fixture(scope="module")
+def real():
+    return load_result("norms/real_paper")
+
+
+def _smol(d: dict) -> dict:
+    return d["models"]["smollm2"]["summary"]
+
+
+def _set(d: dict, key: str, stat: str, values) -> None:
+    _smol(d)[key][stat] = [float(v) for v in values]
+
+
+def _random_above(d):
+    # h no nearer ⟂ 1 than ⟂ a random direction: |cos(h, 1)| above the random level
+    _set(d, "abs_cos_ones", "high", np.array(_smol(d)["abs_cos_random"]["mean"]) + 0.01)
+
+
+def _above_chance(d):
+    # h leans on 1: every mean |cos(h, 1)| 1.5 times the isotropic chance level
+    n = len(_smol(d)["abs_cos_ones"]["mean"])
+    _set(d, "abs_cos_ones", "mean", [1.5 * chance_abs_cos(d["models"]["smollm2"]["d"])] * n)
+
+
+def _along_ones(d):
+    # 1% of ||h||² along 1 at every norm
+    _set(d, "cos2_ones", "mean", [0.01] * len(_smol(d)["cos2_ones"]["mean"]))
+
+
+def _shrinking(d):
+    # a stream that shrinks with depth: the norms in reverse order
+    _set(d, "norm", "mean", _smol(d)["norm"]["mean"][::-1])
+
+
+def _token0_modest(d):
+    # token 0's largest entry only 5 times the other tokens' largest
+    rest = max(_smol(d)["massive_rest"]["mean"])
+    _set(d, "massive_token0", "mean", [5 * rest] * len(_smol(d)["massive_rest"]["mean"]))
+
+
+def _minilm_bent(d):
+    # MiniLM bends as much as SmolLM2 and more: its slope ratio 0.5 at every norm
+    sat = d["models"]["minilm"]["summary"]["saturation"]
+    sat["mean"] = [0.5] * len(sat["mean"])
+
+
+def _bend_not_token0(d):
+    # the strongest bend stays without token 0: the ratio there 0.5
+    s = _smol(d)
+    i = int(np.argmin(s["saturation"]["mean"]))
+    s["saturation_rest"]["mean"][i] = 0.5
+
+
+def _no_bend_left(d):
+    # without token 0 the map is straight: every interval reaches above 1
+    _set(d, "saturation_rest", "high", [1.1] * len(_smol(d)["saturation_rest"]["high"]))
+
+
+REAL_CASES = [
+    ("closer to ⟂ 1 than to ⟂ a random", _random_above),
+    ("below the isotropic chance level", _above_chance),
+    ("along 1 is below 0.1%", _along_ones),
+    ("longer at its last norm", _shrinking),
+    ("by more than 10 times", _token0_modest),
+    ("MiniLM's is nearer 1", _minilm_bent),
+    ("strongest bend is token 0's", _bend_not_token0),
+    ("a milder bend remains", _no_bend_left),
+]
+
+
+@pytest.mark.parametrize("words, edit", REAL_CASES, ids=_ids(REAL_CASES))
+def test_each_real_paper_claim_fails_on_contrary_numbers(real, words, edit):
+    _check(C.claims, real, words, edit)
