@@ -107,3 +107,62 @@ REAL_CASES = [
 @pytest.mark.parametrize("words, edit", REAL_CASES, ids=_ids(REAL_CASES))
 def test_each_real_paper_claim_fails_on_contrary_numbers(real, words, edit):
     _check(C.claims, real, words, edit)
+
+
+@pytest.fixture(scope="module")
+def heads():
+    return load_result("norms/trained_heads")
+
+
+def _counts(d: dict, variant: str, stage: str, value: float, layer: int | None = None):
+    """Set every seed's share of unselectable keys (per layer, head, context) to value."""
+    for run in d["models"][variant]:
+        arr = np.array(run[stage], dtype=float)
+        if layer is None:
+            arr[...] = value
+        else:
+            arr[layer] = value
+        run[stage] = arr.tolist()
+
+
+def _qk_like_rmsnorm(d):
+    # QK-norm trains to RMSNorm's counts, seed by seed
+    for qk, rms in zip(d["models"]["QK-norm"], d["models"]["RMSNorm"]):
+        qk["trained"] = copy.deepcopy(rms["trained"])
+
+
+def _swap_init(d):
+    # at initialisation QK-norm and RMSNorm trade counts
+    for qk, rms in zip(d["models"]["QK-norm"], d["models"]["RMSNorm"]):
+        qk["init"], rms["init"] = rms["init"], qk["init"]
+
+
+def _qk_untrained(d):
+    # training leaves QK-norm's counts where they started
+    for run in d["models"]["QK-norm"]:
+        run["trained"] = copy.deepcopy(run["init"])
+
+
+def _dyt_loss_like_pre_ln(d):
+    # DyT trains as well as Pre-LN: its final test losses are Pre-LN's
+    for dyt, pre in zip(d["models"]["DyT"], d["models"]["Pre-LN"]):
+        dyt["history"]["test_loss"][-1] = pre["history"]["test_loss"][-1]
+
+
+HEADS_CASES = [
+    ("after training, QK-norm's interval", _qk_like_rmsnorm),
+    # every QK-norm key selectable after training
+    ("its mean is above 0", lambda d: _counts(d, "QK-norm", "trained", 0.0)),
+    # DyT leaves only 30% of keys unselectable
+    ("more than half the keys", lambda d: _counts(d, "DyT", "trained", 0.3)),
+    ("at initialisation too", _swap_init),
+    # one layer of QK-norm as unselective as the other norms
+    ("at every layer", lambda d: _counts(d, "QK-norm", "trained", 0.95, layer=0)),
+    ("training lowers QK-norm's share", _qk_untrained),
+    ("more than 0.5 nats", _dyt_loss_like_pre_ln),
+]
+
+
+@pytest.mark.parametrize("words, edit", HEADS_CASES, ids=_ids(HEADS_CASES))
+def test_each_heads_claim_fails_on_contrary_numbers(heads, words, edit):
+    _check(C.heads_claims, heads, words, edit)
