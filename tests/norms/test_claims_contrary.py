@@ -166,3 +166,87 @@ HEADS_CASES = [
 @pytest.mark.parametrize("words, edit", HEADS_CASES, ids=_ids(HEADS_CASES))
 def test_each_heads_claim_fails_on_contrary_numbers(heads, words, edit):
     _check(C.heads_claims, heads, words, edit)
+
+
+@pytest.fixture(scope="module")
+def logits():
+    return load_result("norms/logits")
+
+
+def _runs(d: dict, variant: str, lr_index: int) -> list[dict]:
+    return sorted((r for r in d["models"][variant] if r["lr_index"] == lr_index),
+                  key=lambda r: r["seed"])
+
+
+def _top(d: dict) -> tuple[int, int]:
+    n = len(d["config"]["lrs"])
+    return n - 2, n - 1
+
+
+def _one_diverged(d):
+    # one Pre-LN model diverged at the top lr: its final test loss is missing
+    _runs(d, "Pre-LN", _top(d)[1])[0]["test_loss"] = None
+
+
+def _pre_ln_logits_tamed(d):
+    # Pre-LN's logits at the two top lrs grow no further than QK-norm's
+    for i in _top(d):
+        for pre, qk in zip(_runs(d, "Pre-LN", i), _runs(d, "QK-norm", i)):
+            pre["final_max_logit"] = list(qk["final_max_logit"])
+
+
+def _qk_logit_500(d):
+    # one QK-norm model's logits reach 500 at the top lr
+    run = _runs(d, "QK-norm", _top(d)[1])[0]
+    run["final_max_logit"] = [500.0] * len(run["final_max_logit"])
+
+
+def _swap_variants(d):
+    # the two variants' runs exchanged: QK-norm is the sensitive one
+    d["models"]["Pre-LN"], d["models"]["QK-norm"] = (d["models"]["QK-norm"],
+                                                     d["models"]["Pre-LN"])
+
+
+def _swap_top_losses(d):
+    # at the two top lrs QK-norm's losses are Pre-LN's and the other way round
+    for i in _top(d):
+        for pre, qk in zip(_runs(d, "Pre-LN", i), _runs(d, "QK-norm", i)):
+            pre["test_loss"], qk["test_loss"] = qk["test_loss"], pre["test_loss"]
+
+
+def _other_worst_seed(d):
+    # at the third-highest lr QK-norm's worst seed is another one than Pre-LN's
+    mid = len(d["config"]["lrs"]) - 3
+    pre = max(_runs(d, "Pre-LN", mid), key=lambda r: r["test_loss"])["seed"]
+    other = next(r for r in _runs(d, "QK-norm", mid) if r["seed"] != pre)
+    other["test_loss"] = max(r["test_loss"] for r in _runs(d, "QK-norm", mid)) + 0.5
+
+
+def _pre_ln_logit_150(d):
+    # at the third-highest lr one Pre-LN model's logits reach 150
+    run = _runs(d, "Pre-LN", len(d["config"]["lrs"]) - 3)[0]
+    run["final_max_logit"] = [150.0] * len(run["final_max_logit"])
+
+
+def _qk_worse_at_001(d):
+    # at lr 0.01 every QK-norm model is 0.5 nats worse
+    i = d["config"]["lrs"].index(0.01)
+    for run in _runs(d, "QK-norm", i):
+        run["test_loss"] += 0.5
+
+
+LOGITS_CASES = [
+    ("no model diverged", _one_diverged),
+    ("more than 100 times every QK-norm", _pre_ln_logits_tamed),
+    ("every QK-norm model's largest attention logit is below 100", _qk_logit_500),
+    ("LR sensitivity is lower", _swap_variants),
+    ("QK-norm's test loss is lower than Pre-LN's", _swap_top_losses),
+    ("the same seed has the highest test loss", _other_worst_seed),
+    ("every largest logit there is below 100", _pre_ln_logit_150),
+    ("has an interval that contains 0", _qk_worse_at_001),
+]
+
+
+@pytest.mark.parametrize("words, edit", LOGITS_CASES, ids=_ids(LOGITS_CASES))
+def test_each_logits_claim_fails_on_contrary_numbers(logits, words, edit):
+    _check(C.logits_claims, logits, words, edit)
