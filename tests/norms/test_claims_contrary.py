@@ -250,3 +250,113 @@ LOGITS_CASES = [
 @pytest.mark.parametrize("words, edit", LOGITS_CASES, ids=_ids(LOGITS_CASES))
 def test_each_logits_claim_fails_on_contrary_numbers(logits, words, edit):
     _check(C.logits_claims, logits, words, edit)
+
+
+@pytest.fixture(scope="module")
+def periln():
+    """The Peri-LN summary and the streams at initialisation the claims read."""
+    from lncourse.evidence.norms import periln as P
+    from lncourse.evidence.norms import periln_report as R
+
+    peri, logits_result, weights = R.load()
+    pre = P.pre_ln_streams(logits_result, weights)
+    return {"summary": P.summary(peri, logits_result, pre),
+            "initial": P.initial_streams(peri)}
+
+
+def _periln_claims(d: dict) -> dict[str, bool]:
+    return C.periln_claims(d["summary"], d["initial"])
+
+
+def _row(d: dict, lr: float | None = None, index: int | None = None) -> dict:
+    rows = d["summary"]["per_lr"]
+    return rows[index] if lr is None else next(r for r in rows if r["lr"] == lr)
+
+
+def _bound_exceeded(d):
+    # one Peri-LN sublayer adds 1% more than its output norm's bound
+    d["summary"]["bound_ratio_max"] = 1.01
+
+
+def _peri_stream_grows(d):
+    # at the top lr Peri-LN's stream is a fiftieth of Pre-LN's, not under a hundredth
+    r = _row(d, index=-1)
+    r["Peri-LN"]["last_norm"][0] = r["Pre-LN"]["last_norm"][0] / 50
+
+
+def _peri_logit_5000(d):
+    # at the top lr the smallest of Peri-LN's largest logits is 5,000
+    _row(d, index=-1)["Peri-LN"]["max_logit"][0] = 5000.0
+
+
+def _control_logits_tamed(d):
+    # at the top lr the control's logits stay at half Pre-LN's smallest
+    r = _row(d, index=-1)
+    low = r["Pre-LN"]["max_logit"][0]
+    r["Peri-LN-0.02"]["max_logit"] = [low / 4, low / 2]
+
+
+def _third_lr_logits_close(d):
+    # at the third-highest lr Peri-LN's smallest logit is 5 times Pre-LN's largest
+    r = _row(d, index=-3)
+    r["Peri-LN"]["max_logit"][0] = 5 * r["Pre-LN"]["max_logit"][1]
+
+
+def _peri_best_loss_lower(d):
+    # Peri-LN's best mean loss 0.01 below Pre-LN's best
+    rows = d["summary"]["per_lr"]
+    best = min(rows, key=lambda r: r["Pre-LN"]["test_loss"][0])
+    best["Peri-LN"]["test_loss"][0] = best["Pre-LN"]["test_loss"][0] - 0.01
+
+
+def _control_worse_at_top(d):
+    # at the top lr the control is 0.1 nats worse than Pre-LN
+    _row(d, index=-1)["Peri-LN-0.02"]["minus_pre_ln"] = [0.1, 0.05, 0.15]
+
+
+def _peri_unresolved_low(d):
+    # at lr 0.001 Peri-LN is not resolved from Pre-LN
+    _row(d, lr=0.001)["Peri-LN"]["minus_pre_ln"] = [0.0, -0.01, 0.01]
+
+
+def _control_worse_low(d):
+    # at lr 0.001 the control is resolved worse than Pre-LN
+    _row(d, lr=0.001)["Peri-LN-0.02"]["minus_pre_ln"] = [0.05, 0.03, 0.07]
+
+
+def _peri_more_sensitive(d):
+    # Peri-LN is more sensitive to the lr than Pre-LN
+    d["summary"]["sensitivity_minus_pre_ln"]["Peri-LN"] = [0.1, 0.05, 0.15]
+
+
+def _share(variant: str, share: float):
+    def edit(d):
+        x = d["initial"][variant]
+        x[0] = share * x[1]
+    return edit
+
+
+PERILN_CASES = [
+    ("sublayer adds more than its output norm's bound", _bound_exceeded),
+    ("more than 100 times that of either Peri-LN", _peri_stream_grows),
+    ("is above 10,000", _peri_logit_5000),
+    ("largest logit is above Pre-LN's smallest", _control_logits_tamed),
+    ("more than 10 times every Pre-LN", _third_lr_logits_close),
+    ("best mean test loss over the grid", _peri_best_loss_lower),
+    ("both Peri-LN variants have a lower test loss", _control_worse_at_top),
+    ("1 has a higher test loss than Pre-LN", _peri_unresolved_low),
+    ("the control with γ_out = 0.02 has a paired", _control_worse_low),
+    ("less sensitive to the learning rate", _peri_more_sensitive),
+    # the embedding already 0.3 of the stream after Peri-LN's first sublayer
+    ("under a tenth of the stream", _share("Peri-LN", 0.3)),
+    # the embedding only 0.3 of Pre-LN's stream after its first sublayer
+    ("over half of it in Pre-LN", _share("Pre-LN", 0.3)),
+    # the control's embedding only 0.3 of its stream after the first sublayer
+    ("in Pre-LN and with γ_out = 0.02", _share("Peri-LN-0.02", 0.3)),
+]
+
+
+@pytest.mark.replay         # the summary reads the Pre-LN streams from stored weights
+@pytest.mark.parametrize("words, edit", PERILN_CASES, ids=_ids(PERILN_CASES))
+def test_each_periln_claim_fails_on_contrary_numbers(periln, words, edit):
+    _check(_periln_claims, periln, words, edit)
