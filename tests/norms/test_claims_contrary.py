@@ -360,3 +360,58 @@ PERILN_CASES = [
 @pytest.mark.parametrize("words, edit", PERILN_CASES, ids=_ids(PERILN_CASES))
 def test_each_periln_claim_fails_on_contrary_numbers(periln, words, edit):
     _check(_periln_claims, periln, words, edit)
+
+
+@pytest.fixture(scope="module")
+def vlens():
+    return load_result("norms/vlens")
+
+
+def _curves(arm: str, key: str, factor: float = 1.0, power: float = 0.0,
+            first: bool = False):
+    """Every group's ``key`` curve of ``arm`` times factor · m^power (m = 1, 2, ...),
+    or only its value at m = 1 times factor when first."""
+    def edit(d):
+        for g in d["curves"][arm]:
+            v = np.asarray(g[key], dtype=float)
+            if first:
+                v[0] *= factor
+            else:
+                v = v * factor * np.arange(1, v.size + 1) ** power
+            g[key] = v.tolist()
+    return edit
+
+
+VLENS_CASES = [
+    # QK-norm's attention variance 5% above the lens at every position
+    ("its interval inside [0.98, 1.02]", _curves("qk_norm", "attn", factor=1.05)),
+    # QK-norm's attention variance 5% lower: nearer Lemma 3's curve
+    ("QK-norm's variance by more than 10%", _curves("qk_norm", "attn", factor=0.95)),
+    # LayerNorm's attention variance 4% higher: 7% above Lemma 3's curve
+    ("of LayerNorm's by less than 5%", _curves("layernorm", "attn", factor=1.04)),
+    # QK-norm's attention decays 0.1 faster in log-log
+    ("QK-norm's log-log slope", _curves("qk_norm", "attn", power=-0.1)),
+    # LayerNorm's attention decays 0.05 slower in log-log
+    ("-0.9, LayerNorm's", _curves("layernorm", "attn", power=0.05)),
+    # DyT's attention decays 0.05 slower in log-log
+    ("and DyT's below -0.95", _curves("dyt", "attn", power=0.05)),
+    # RMSNorm's attention decays 0.01 slower than LayerNorm's
+    ("RMSNorm's slope", _curves("rmsnorm", "attn", power=0.01)),
+    # RMSNorm's attention variance 1% above LayerNorm's
+    ("and ratio equal LayerNorm's", _curves("rmsnorm", "attn", factor=1.01)),
+    # DyT's attention at m = 1 ten times larger
+    ("less than a tenth of LayerNorm's share", _curves("dyt", "attn", 10.0, first=True)),
+    # DyT's block output decays as m^-0.01
+    ("DyT's block output has no trend", _curves("dyt", "resid", power=-0.01)),
+    # LayerNorm's block output grows as m^0.02 (its slope about +0.004)
+    ("LayerNorm's falls", _curves("layernorm", "resid", power=0.02)),
+    # after LayerNorm's final norm the variance decays as m^-0.01
+    ("after the final LayerNorm or RMSNorm", _curves("layernorm", "out", power=-0.01)),
+    # after RMSNorm's final norm the variance grows as m^0.01
+    ("(|slope| below 0.002)", _curves("rmsnorm", "out", power=0.01)),
+]
+
+
+@pytest.mark.parametrize("words, edit", VLENS_CASES, ids=_ids(VLENS_CASES))
+def test_each_vlens_claim_fails_on_contrary_numbers(vlens, words, edit):
+    _check(C.vlens_claims, vlens, words, edit)
