@@ -242,6 +242,12 @@ def _qk_worse_at_001(d):
         run["test_loss"] += 0.5
 
 
+def _qk_diverged_at_001(d):
+    # at lr 0.01 one QK-norm model diverged: no paired interval there
+    i = d["config"]["lrs"].index(0.01)
+    _runs(d, "QK-norm", i)[0]["test_loss"] = None
+
+
 LOGITS_CASES = [
     ("no model diverged", _one_diverged),
     ("more than 100 times every QK-norm", _pre_ln_logits_tamed),
@@ -251,6 +257,7 @@ LOGITS_CASES = [
     ("the same seed has the highest test loss", _other_worst_seed),
     ("every largest logit there is below 100", _pre_ln_logit_150),
     ("has an interval that contains 0", _qk_worse_at_001),
+    ("up to 0.03 the paired difference", _qk_diverged_at_001),
 ]
 
 
@@ -331,6 +338,16 @@ def _control_worse_low(d):
     _row(d, lr=0.001)["Peri-LN-0.02"]["minus_pre_ln"] = [0.05, 0.03, 0.07]
 
 
+def _grid_from_003(d):
+    # a grid that starts at 0.03: no learning rate up to 0.01 to support the claim
+    d["summary"]["per_lr"] = [r for r in d["summary"]["per_lr"] if r["lr"] > 0.01]
+
+
+def _control_diverged_low(d):
+    # at lr 0.001 a control seed diverged: no paired interval
+    _row(d, lr=0.001)["Peri-LN-0.02"]["minus_pre_ln"] = None
+
+
 def _peri_more_sensitive(d):
     # Peri-LN is more sensitive to the lr than Pre-LN
     d["summary"]["sensitivity_minus_pre_ln"]["Peri-LN"] = [0.1, 0.05, 0.15]
@@ -353,6 +370,9 @@ PERILN_CASES = [
     ("both Peri-LN variants have a lower test loss", _control_worse_at_top),
     ("1 has a higher test loss than Pre-LN", _peri_unresolved_low),
     ("the control with γ_out = 0.02 has a paired", _control_worse_low),
+    ("up to 0.01, Peri-LN with", _grid_from_003),
+    ("up to 0.01, the control", _grid_from_003),
+    ("interval from Pre-LN that contains 0", _control_diverged_low),
     ("less sensitive to the learning rate", _peri_more_sensitive),
     # the embedding already 0.3 of the stream after Peri-LN's first sublayer
     ("under a tenth of the stream", _share("Peri-LN", 0.3)),
