@@ -457,3 +457,56 @@ VLENS_CASES = [
 @pytest.mark.parametrize("words, edit", VLENS_CASES, ids=_ids(VLENS_CASES))
 def test_each_vlens_claim_fails_on_contrary_numbers(vlens, words, edit):
     _check(C.vlens_claims, vlens, words, edit)
+
+
+@pytest.fixture(scope="module")
+def arms():
+    """The summary of the stored reduced run of the majority arms the claims read."""
+    from lncourse.evidence.norms import majority_report as R
+    from lncourse.evidence.norms.majority_run import ArmsConfig, test_data
+
+    stored = load_result(R.RUNS["reduced"])
+    return R.summary(stored, test_data(ArmsConfig.from_dict(stored["config"])))
+
+
+def _arm(arm: str, key: str, value):
+    def edit(d):
+        d["arms"][arm][key] = value
+    return edit
+
+
+def _ngpt_same_lr(lrs: tuple[str, ...]):
+    """nGPT not resolved from LayerNorm at the shared lrs ``lrs``."""
+    def edit(d):
+        for lr in lrs:
+            d["arms"]["ngpt"]["vs_layernorm_90_same_lr"][lr] = [0.0, -10.0, 10.0]
+    return edit
+
+
+def _dyt_faster(d):
+    # at its own lr DyT reaches 90% measurably sooner than LayerNorm
+    d["verdict"]["dyt"]["tuned"] = "faster"
+
+
+ARMS_CASES = [
+    ("no arm reaches 90% measurably", _dyt_faster),
+    # nGPT's rule picks 0.1, below the top of the grid
+    ("chosen lr is the top of the grid", _arm("ngpt", "best_lr", 0.1)),
+    # nGPT reaches 80% later than LayerNorm at its own lr, not resolved
+    ("reaches 80% sooner", _arm("ngpt", "vs_layernorm_80", [1.0, -1.0, 3.0])),
+    # at the top shared lr nGPT is not resolved from LayerNorm: faster nowhere
+    ("resolved faster at one lr", _ngpt_same_lr(("0.3",))),
+    # at the two lowest shared lrs nGPT is not resolved: slower nowhere
+    ("and slower at another", _ngpt_same_lr(("0.01", "0.03"))),
+    # DyT's queries also lean on 1: its mean angle 50 degrees
+    ("only LayerNorm's mean query angle", _arm("dyt", "mean_query_angle", 50.0)),
+    # LayerNorm's queries at 70 degrees from 1, like the others'
+    ("is below 60 degrees", _arm("layernorm", "mean_query_angle", 70.0)),
+    # DyT's attention 0.08 (TV) from uniform
+    ("within 0.05 (TV) of uniform", _arm("dyt", "mean_attention_tv", 0.08)),
+]
+
+
+@pytest.mark.parametrize("words, edit", ARMS_CASES, ids=_ids(ARMS_CASES))
+def test_each_arms_claim_fails_on_contrary_numbers(arms, words, edit):
+    _check(C.arms_claims, arms, words, edit)
