@@ -510,3 +510,47 @@ ARMS_CASES = [
 @pytest.mark.parametrize("words, edit", ARMS_CASES, ids=_ids(ARMS_CASES))
 def test_each_arms_claim_fails_on_contrary_numbers(arms, words, edit):
     _check(C.arms_claims, arms, words, edit)
+
+
+@pytest.fixture(scope="module")
+def arms_batch():
+    """The summary of the stored run of the majority arms at the paper's batch."""
+    from lncourse.evidence.norms import majority_report as R
+    from lncourse.evidence.norms.majority_run import ArmsConfig, test_data
+
+    stored = load_result(R.RUNS["paper_batch"])
+    return R.summary(stored, test_data(ArmsConfig.from_dict(stored["config"])))
+
+
+def _dyt_one_short(d):
+    # one DyT seed never reaches 90% at its chosen lr
+    d["arms"]["dyt"]["reached_90"] -= 1
+
+
+def _tuned(arm: str, value: str):
+    def edit(d):
+        d["verdict"][arm]["tuned"] = value
+    return edit
+
+
+def _ngpt_fastest_chosen(d):
+    # the divergence clause rules nothing out: nGPT's fastest lr is its chosen one
+    d["arms"]["ngpt"]["fastest_lr"] = d["arms"]["ngpt"]["best_lr"]
+
+
+ARMS_BATCH_CASES = [
+    ("in every seed at its chosen lr", _dyt_one_short),
+    # the projection-free arm is not resolved from LayerNorm
+    ("the projection-free arm reaches 90% sooner", _tuned("no_projection", "not resolved")),
+    # DyT is resolved slower than LayerNorm at its own lr
+    ("and no other arm is resolved", _tuned("dyt", "slower")),
+    ("ruled out by the divergence clause", _ngpt_fastest_chosen),
+    # at its fastest lr nGPT is resolved faster than LayerNorm
+    ("at that lr too it is not resolved",
+     _arm("ngpt", "vs_layernorm_90_fastest_lr", [-50.0, -80.0, -20.0])),
+]
+
+
+@pytest.mark.parametrize("words, edit", ARMS_BATCH_CASES, ids=_ids(ARMS_BATCH_CASES))
+def test_each_arms_batch_claim_fails_on_contrary_numbers(arms_batch, words, edit):
+    _check(C.arms_batch_claims, arms_batch, words, edit)
