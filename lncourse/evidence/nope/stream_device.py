@@ -85,7 +85,7 @@ from lncourse.evidence.nope.probe import stream_seed
 from lncourse.evidence.nope.stream_run import (DTYPES, BatchSchedule, Probes, StreamConfig,
                                                errors, order, predict, probe_losses,
                                                save_atomic)
-from lncourse.nope.variance import check_sizes, random_nope_model
+from lncourse.nope.variance import random_nope_model
 from lncourse.rng import check_seed
 
 __all__ = ["FastConfig", "FrozenNoPE", "OutOfTime", "train_fast", "host_inputs",
@@ -119,22 +119,9 @@ class FastConfig(BatchSchedule):
     bidirectional_seeds: tuple[int, ...] = (0, 1)
 
     def __post_init__(self):
-        check_sizes(self.d_model, self.n_heads, self.seq_len, self.sigma)
-        for name in ("n_layers", "train_seqs", "eval_seqs", "seqs_per_batch", "updates",
-                     "update_positions", "hidden", "checkpoint_every"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.train_seqs % self.seqs_per_batch:
-            raise ValueError("train_seqs must be a multiple of seqs_per_batch")
-        if self.update_positions > self.seqs_per_batch * self.seq_len:
-            raise ValueError("update_positions must be <= seqs_per_batch * seq_len")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        self.check_run(positive=("checkpoint_every",))
         if self.inputs not in INPUTS:
             raise ValueError(f"inputs must be one of {INPUTS}, got {self.inputs!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a finite positive number, got {self.lr!r}")
         if self.inputs == "stream" and self.held_out_start < self.train_seqs:
             raise ValueError("held-out streams must not be training streams: "
                              "held_out_start must be >= train_seqs")
@@ -142,8 +129,6 @@ class FastConfig(BatchSchedule):
                 self.train_eval and self.inputs != "stream"):
             raise ValueError("need 0 <= train_keep <= train_eval <= train_seqs, and "
                              "train_eval only with stream inputs")
-        for s in self.seeds + self.bidirectional_seeds:
-            check_seed(s, "a seed")
 
     @property
     def every_position(self) -> bool:

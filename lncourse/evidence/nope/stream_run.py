@@ -58,6 +58,26 @@ class BatchSchedule:
         U, B = self.updates, self.n_batches
         return (batch + 1) * U // B - batch * U // B
 
+    def check_run(self, positive: tuple[str, ...] = ()) -> None:
+        """Refuse sizes, a schedule, a dtype, a rate or seeds the run cannot use;
+        ``positive`` names further fields that must be positive integers."""
+        check_sizes(self.d_model, self.n_heads, self.seq_len, self.sigma)
+        for name in ("n_layers", "train_seqs", "eval_seqs", "seqs_per_batch", "updates",
+                     "update_positions", "hidden", *positive):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.train_seqs % self.seqs_per_batch:
+            raise ValueError("train_seqs must be a multiple of seqs_per_batch")
+        if self.update_positions > self.seqs_per_batch * self.seq_len:
+            raise ValueError("update_positions must be <= seqs_per_batch * seq_len")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite positive number, got {self.lr!r}")
+        for s in self.seeds + self.bidirectional_seeds:
+            check_seed(s, "a seed")
+
 
 @dataclass(frozen=True)
 class StreamConfig(BatchSchedule):
@@ -78,22 +98,7 @@ class StreamConfig(BatchSchedule):
     bidirectional_seeds: tuple[int, ...] = (0, 1)
 
     def __post_init__(self):
-        check_sizes(self.d_model, self.n_heads, self.seq_len, self.sigma)
-        for name in ("n_layers", "train_seqs", "eval_seqs", "seqs_per_batch", "updates",
-                     "update_positions", "hidden"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if self.train_seqs % self.seqs_per_batch:
-            raise ValueError("train_seqs must be a multiple of seqs_per_batch")
-        if self.update_positions > self.seqs_per_batch * self.seq_len:
-            raise ValueError("update_positions must be <= seqs_per_batch * seq_len")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a finite positive number, got {self.lr!r}")
-        for s in self.seeds + self.bidirectional_seeds:
-            check_seed(s, "a seed")
+        self.check_run()
 
 
 PRESETS = {
